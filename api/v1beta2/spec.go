@@ -1,0 +1,150 @@
+package v1beta2
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+const (
+	// MinSize and MaxSize bound spec.size. Seven is the largest membership
+	// etcd recommends: every extra voter slows each write's consensus and
+	// buys no more failure tolerance than an odd size below it.
+	MinSize = 1
+	MaxSize = 7
+
+	DefaultRepository = "quay.io/coreos/etcd"
+	// DefaultVersion is a current 3.6 release. The CRD writes it into the
+	// object at admission, so a later hook release with a newer default never
+	// upgrades a running cluster behind its owner's back.
+	DefaultVersion = "3.6.16"
+)
+
+// ClusterSpec is the desired state of an etcd cluster.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.pod) || !has(self.pod.labels) || self.pod.labels.all(k, k != 'app' && !k.startsWith('etcd_'))",message="spec.pod.labels: the label \"app\" and labels starting with \"etcd_\" are reserved for the hook"
+type ClusterSpec struct {
+	// Size is the number of etcd members, from 1 to 7.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=7
+	// +kubebuilder:validation:Type=integer
+	// +kubebuilder:validation:Format=int32
+	Size int `json:"size"`
+
+	// Repository hosts the etcd images, tagged like the official releases
+	// (v<version>). The image is <repository>:v<version>.
+	// +kubebuilder:default="quay.io/coreos/etcd"
+	// +kubebuilder:validation:MinLength=1
+	// +optional
+	Repository string `json:"repository,omitempty"`
+
+	// Version is the etcd release to run, in semver form such as "3.6.16".
+	// A leading "v" is accepted.
+	// +kubebuilder:default="3.6.16"
+	// +kubebuilder:validation:Pattern=`^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Paused stops every change to children and membership; status still
+	// reports what is observed.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// Pod is the policy for the etcd member Pods.
+	// +optional
+	Pod *PodPolicy `json:"pod,omitempty"`
+
+	// TLS is accepted for compatibility with the CoreOS operator's manifests.
+	// It is not yet honoured, and status says so while it is set.
+	// +optional
+	TLS *TLSPolicy `json:"TLS,omitempty"`
+}
+
+// PodPolicy shapes the Pods of the members.
+type PodPolicy struct {
+	// Labels are added to each member Pod. "app" and "etcd_*" are reserved.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// Annotations are added to each member Pod.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Affinity replaces the default, which prefers spreading members over
+	// nodes.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// AntiAffinity is the CoreOS operator's deprecated switch for a required
+	// one-member-per-node rule. Affinity wins when both are set.
+	// +optional
+	AntiAffinity bool `json:"antiAffinity,omitempty"`
+
+	// Resources of the etcd container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// +optional
+	SecurityContext *corev1.PodSecurityContext `json:"securityContext,omitempty"`
+
+	// EtcdEnv is added to the etcd container's environment, e.g.
+	// ETCD_QUOTA_BACKEND_BYTES. Do not use it to override the flags that
+	// bootstrap membership.
+	// +optional
+	EtcdEnv []corev1.EnvVar `json:"etcdEnv,omitempty"`
+
+	// PersistentVolumeClaimSpec, when set, gives each member a PVC for its
+	// data dir that outlives the member's Pod, so a member whose Pod is lost
+	// comes back with its data instead of being replaced.
+	// +optional
+	PersistentVolumeClaimSpec *corev1.PersistentVolumeClaimSpec `json:"persistentVolumeClaimSpec,omitempty"`
+
+	// ClusterDomain, such as "cluster.local", is appended to the members'
+	// DNS names. Empty means the search path of the Pods resolves them.
+	// +kubebuilder:validation:Pattern=`^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	ClusterDomain string `json:"clusterDomain,omitempty"`
+
+	// LegacyClusterDomain is the CoreOS operator's spelling of clusterDomain.
+	// +kubebuilder:validation:Pattern=`^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	LegacyClusterDomain string `json:"ClusterDomain,omitempty"`
+
+	// BusyboxImage is accepted for compatibility and unused: members wait
+	// for nothing before they start, so there is no init container.
+	// +optional
+	BusyboxImage string `json:"busyboxImage,omitempty"`
+
+	// DNSTimeoutInSecond is accepted for compatibility and unused, like
+	// busyboxImage.
+	// +optional
+	DNSTimeoutInSecond int64 `json:"DNSTimeoutInSecond,omitempty"`
+}
+
+// TLSPolicy is the CoreOS operator's TLS policy.
+type TLSPolicy struct {
+	// +optional
+	Static *StaticTLS `json:"static,omitempty"`
+}
+
+// StaticTLS names Secrets holding certificates made by the user.
+type StaticTLS struct {
+	// +optional
+	Member *MemberSecret `json:"member,omitempty"`
+	// OperatorSecret holds the client certificate the hook talks to etcd with.
+	// +optional
+	OperatorSecret string `json:"operatorSecret,omitempty"`
+}
+
+// MemberSecret names the Secrets mounted into each member Pod.
+type MemberSecret struct {
+	// +optional
+	PeerSecret string `json:"peerSecret,omitempty"`
+	// +optional
+	ServerSecret string `json:"serverSecret,omitempty"`
+}

@@ -1,0 +1,54 @@
+package v1beta2
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// MaxClusterNameLength leaves room for the "-xxxxx" suffix of member names,
+// which are DNS labels (hostnames) of at most 63 characters.
+const MaxClusterNameLength = validation.DNS1123LabelMaxLength - 6
+
+var semverPattern = regexp.MustCompile(`^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+
+// Validate repeats the CRD's admission rules. The hook cannot trust that
+// they ran: the CRD may be older than the hook, or the request may come from
+// curl. Each error names the field, as the API server would.
+func (c *EtcdCluster) Validate() field.ErrorList {
+	var errs field.ErrorList
+	if n := len(c.Name); n > MaxClusterNameLength {
+		errs = append(errs, field.TooLong(field.NewPath("metadata", "name"), c.Name, MaxClusterNameLength))
+	}
+	errs = append(errs, c.Spec.validate(field.NewPath("spec"))...)
+	return errs
+}
+
+func (s *ClusterSpec) validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.Size < MinSize || s.Size > MaxSize {
+		errs = append(errs, field.Invalid(path.Child("size"), s.Size, fmt.Sprintf("must be between %d and %d", MinSize, MaxSize)))
+	}
+	if s.Version != "" && !semverPattern.MatchString(s.Version) {
+		errs = append(errs, field.Invalid(path.Child("version"), s.Version, `must be a semantic version such as "3.6.16"`))
+	}
+	if s.Pod != nil {
+		for k := range s.Pod.Labels {
+			if k == "app" || strings.HasPrefix(k, "etcd_") {
+				errs = append(errs, field.Invalid(path.Child("pod", "labels").Key(k), k, `"app" and labels starting with "etcd_" are reserved for the hook`))
+			}
+		}
+		for _, domain := range []struct{ name, value string }{{"clusterDomain", s.Pod.ClusterDomain}, {"ClusterDomain", s.Pod.LegacyClusterDomain}} {
+			if domain.value == "" {
+				continue
+			}
+			for _, msg := range validation.IsDNS1123Subdomain(domain.value) {
+				errs = append(errs, field.Invalid(path.Child("pod", domain.name), domain.value, msg))
+			}
+		}
+	}
+	return errs
+}

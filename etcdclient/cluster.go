@@ -1,0 +1,53 @@
+package etcdclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/etcdhook/etcd-hook/sync"
+)
+
+// Cluster is one etcd cluster as the hook sees it.
+type Cluster interface {
+	// Membership reads the member list and what each member says about
+	// itself. A list read without a quorum comes back marked Stale.
+	Membership(ctx context.Context) (*sync.Membership, error)
+	// Apply makes one membership change and returns the member list that
+	// results from it.
+	Apply(ctx context.Context, a sync.Action) ([]sync.Member, error)
+}
+
+// Dialer hands out a Cluster for a set of member endpoints.
+type Dialer interface {
+	// Cluster returns the cluster known under key (namespace/name/uid),
+	// reached through endpoints, the client URLs of its running members.
+	Cluster(key string, endpoints []string) (Cluster, error)
+}
+
+// Timeouts. The sum of an observation and an action stays well under
+// Metacontroller's 10 s hook timeout.
+const (
+	// CallTimeout bounds each etcd call.
+	CallTimeout = 2 * time.Second
+	// ObserveTimeout bounds the whole read of a cluster's state; the reads
+	// run in parallel within it.
+	ObserveTimeout = 1500 * time.Millisecond
+)
+
+// ErrNotReady means etcd refused a step only because the cluster is not
+// ready for it yet, such as promoting a learner that has not caught up.
+// The step is retried on a later sync; it is not a failure.
+var ErrNotReady = errors.New("etcd is not ready for this step yet")
+
+func bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d)
+}
+
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}

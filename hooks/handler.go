@@ -1,0 +1,88 @@
+package hooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/etcdhook/etcd-hook/sync"
+)
+
+// MaxBodyBytes bounds a request. A cluster of seven members with every
+// child the API server decorates is well under 1 MiB; a bigger body is
+// not from Metacontroller.
+const MaxBodyBytes = 4 << 20
+
+// Syncer answers one decoded request.
+type Syncer interface {
+	Sync(ctx context.Context, o *sync.Observed) (sync.Decision, error)
+}
+
+// SyncHandler serves POST /sync.
+func SyncHandler(s Syncer) http.Handler { return handler{s, false} }
+
+// FinalizeHandler serves POST /finalize.
+func FinalizeHandler(s Syncer) http.Handler { return handler{s, true} }
+
+type handler struct {
+	syncer   Syncer
+	finalize bool
+}
+
+func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		WriteError(w, http.StatusMethodNotAllowed, "use POST with a JSON Metacontroller hook request")
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		WriteError(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			WriteError(w, http.StatusRequestEntityTooLarge, "request body is larger than 4 MiB")
+			return
+		}
+		WriteError(w, http.StatusBadRequest, "cannot read request body: "+err.Error())
+		return
+	}
+	o, err := Decode(body)
+	if err != nil {
+		var reqErr *RequestError
+		if errors.As(err, &reqErr) {
+			WriteError(w, reqErr.Status, reqErr.Msg)
+			return
+		}
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if h.finalize {
+		o.Finalizing = true
+	}
+	d, err := h.syncer.Sync(r.Context(), o)
+	if err != nil {
+		// Not a 200: Metacontroller applies nothing and retries with backoff.
+		WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	out, err := Encode(d, h.finalize)
+	if err != nil {
+		WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+}
+
+// WriteError answers with a JSON body naming the problem.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}

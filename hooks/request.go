@@ -1,0 +1,124 @@
+package hooks
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/sync"
+)
+
+// Keys of the children map: Metacontroller keys each declared child type
+// by Kind and apiVersion, and sends every declared type even when empty.
+const (
+	ChildPods     = "Pod.v1"
+	ChildServices = "Service.v1"
+	ChildPVCs     = "PersistentVolumeClaim.v1"
+	ChildPDBs     = "PodDisruptionBudget.policy/v1"
+)
+
+// request is a sync or finalize request as Metacontroller sends it.
+type request struct {
+	Controller json.RawMessage                       `json:"controller"`
+	Parent     *parent                               `json:"parent"`
+	Children   map[string]map[string]json.RawMessage `json:"children"`
+	Related    json.RawMessage                       `json:"related"`
+	Finalizing bool                                  `json:"finalizing"`
+}
+
+// parent defers the spec: a spec that does not decode is the user's
+// mistake in a stored object, which is answered with a status condition,
+// not with an error that would stop every sync of the cluster.
+type parent struct {
+	APIVersion string                `json:"apiVersion"`
+	Kind       string                `json:"kind"`
+	Metadata   metav1.ObjectMeta     `json:"metadata"`
+	Spec       json.RawMessage       `json:"spec"`
+	Status     v1beta2.ClusterStatus `json:"status"`
+}
+
+// RequestError is a request the hook cannot act on. Status is the HTTP
+// status to answer with.
+type RequestError struct {
+	Status int
+	Msg    string
+}
+
+func (e *RequestError) Error() string { return e.Msg }
+
+func badRequest(status int, format string, args ...any) error {
+	return &RequestError{Status: status, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Decode turns a request body into what the planner observes.
+func Decode(body []byte) (*sync.Observed, error) {
+	var req request
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, badRequest(400, "request body is not a Metacontroller hook request: %v", err)
+	}
+	p := req.Parent
+	if p == nil {
+		return nil, badRequest(422, "request has no parent")
+	}
+	if p.APIVersion != v1beta2.APIVersion || p.Kind != v1beta2.Kind {
+		return nil, badRequest(422, "parent is %s %q, this hook serves %s %q", p.APIVersion, p.Kind, v1beta2.APIVersion, v1beta2.Kind)
+	}
+	if p.Metadata.Name == "" || p.Metadata.Namespace == "" {
+		return nil, badRequest(422, "parent has no metadata.name or metadata.namespace")
+	}
+	cluster := &v1beta2.EtcdCluster{
+		TypeMeta:   metav1.TypeMeta{APIVersion: p.APIVersion, Kind: p.Kind},
+		ObjectMeta: p.Metadata,
+		Status:     p.Status,
+	}
+	o := &sync.Observed{Cluster: cluster, Finalizing: req.Finalizing}
+	if err := decodeSpec(p.Spec, &cluster.Spec); err != nil {
+		o.SpecErrors = field.ErrorList{field.Invalid(field.NewPath("spec"), string(p.Spec), err.Error())}
+	} else {
+		o.SpecErrors = cluster.Validate()
+	}
+
+	var err error
+	if o.Pods, err = decodeChildren[corev1.Pod](req.Children, ChildPods); err != nil {
+		return nil, err
+	}
+	if o.Services, err = decodeChildren[corev1.Service](req.Children, ChildServices); err != nil {
+		return nil, err
+	}
+	if o.PVCs, err = decodeChildren[corev1.PersistentVolumeClaim](req.Children, ChildPVCs); err != nil {
+		return nil, err
+	}
+	if o.PDBs, err = decodeChildren[policyv1.PodDisruptionBudget](req.Children, ChildPDBs); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func decodeSpec(raw json.RawMessage, spec *v1beta2.ClusterSpec) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return errors.New("spec is missing")
+	}
+	if err := json.Unmarshal(raw, spec); err != nil {
+		return fmt.Errorf("cannot decode: %w", err)
+	}
+	return nil
+}
+
+func decodeChildren[T any](children map[string]map[string]json.RawMessage, key string) (map[string]*T, error) {
+	raw := children[key]
+	out := make(map[string]*T, len(raw))
+	for name, obj := range raw {
+		var v T
+		if err := json.Unmarshal(obj, &v); err != nil {
+			return nil, badRequest(400, "children[%q][%q] does not decode: %v", key, name, err)
+		}
+		out[name] = &v
+	}
+	return out, nil
+}

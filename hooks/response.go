@@ -1,0 +1,70 @@
+package hooks
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/sync"
+)
+
+// response is the answer to a sync or finalize request.
+type response struct {
+	Status *v1beta2.ClusterStatus `json:"status"`
+	// Children is always present: a missing or null list would make
+	// Metacontroller delete every child.
+	Children           []any   `json:"children"`
+	ResyncAfterSeconds float64 `json:"resyncAfterSeconds,omitempty"`
+	Finalized          *bool   `json:"finalized,omitempty"`
+}
+
+// object is a child without its status: the status of a child is not the
+// hook's to set, and an empty one would go into the last applied
+// configuration for nothing.
+type object struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       any               `json:"spec,omitempty"`
+}
+
+// Encode renders a decision. finalize selects the finalize hook's answer,
+// which carries the finalized field.
+func Encode(d sync.Decision, finalize bool) ([]byte, error) {
+	resp := response{Status: &d.Status, Children: make([]any, 0, len(d.Children))}
+	if d.ResyncAfter > 0 {
+		resp.ResyncAfterSeconds = math.Round(d.ResyncAfter.Seconds()*1000) / 1000
+	}
+	if finalize {
+		resp.Finalized = &d.Finalized
+	}
+	for _, c := range d.Children {
+		wire, err := wireObject(c)
+		if err != nil {
+			return nil, err
+		}
+		resp.Children = append(resp.Children, wire)
+	}
+	return json.Marshal(resp)
+}
+
+func wireObject(c sync.Child) (any, error) {
+	switch obj := c.Object.(type) {
+	case json.RawMessage:
+		return obj, nil
+	case *corev1.Pod:
+		return object{"v1", "Pod", obj.ObjectMeta, obj.Spec}, nil
+	case *corev1.Service:
+		return object{"v1", "Service", obj.ObjectMeta, obj.Spec}, nil
+	case *corev1.PersistentVolumeClaim:
+		return object{"v1", "PersistentVolumeClaim", obj.ObjectMeta, obj.Spec}, nil
+	case *policyv1.PodDisruptionBudget:
+		return object{"policy/v1", "PodDisruptionBudget", obj.ObjectMeta, obj.Spec}, nil
+	}
+	return nil, fmt.Errorf("child %s %q has unexpected type %T", c.Kind, c.Name, c.Object)
+}

@@ -1,0 +1,6 @@
+// Command etcd-hook is the Metacontroller webhook that runs EtcdClusters.
+//
+// main only wires: flags, the router, the reconciler and its etcd client
+// pool, and a graceful shutdown on SIGTERM so that a sync in flight
+// finishes (its membership step included) before the process exits.
+package main

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/etcdhook/etcd-hook/etcdclient"
+	"github.com/etcdhook/etcd-hook/reconcile"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "etcd-hook:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	addr            string
+	shutdownTimeout time.Duration
+	logLevel        slog.Level
+}
+
+func parseFlags(args []string) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("etcd-hook", flag.ContinueOnError)
+	fs.StringVar(&cfg.addr, "addr", ":8080", "address to serve the hooks, health and metrics on")
+	// Longer than a sync can take (observation plus one bounded step), so
+	// a sync in flight at SIGTERM completes.
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to let requests in flight finish on SIGTERM")
+	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	return cfg, fs.Parse(args)
+}
+
+func run(args []string) error {
+	cfg, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+
+	registry := prometheus.NewRegistry()
+	metrics := newMetrics(registry)
+	pool := etcdclient.NewPool()
+	defer pool.Close()
+	reconciler := &reconcile.Reconciler{Dialer: pool, Recorder: metrics, Logger: logger}
+
+	ready := &readiness{}
+	srv := &http.Server{
+		Addr:              cfg.addr,
+		Handler:           newRouter(reconciler, metrics, registry, logger, ready),
+		ReadHeaderTimeout: 5 * time.Second,
+		// A sync takes at most a few seconds; Metacontroller gives up at
+		// its hook timeout anyway.
+		WriteTimeout: 30 * time.Second,
+		IdleTimeout:  120 * time.Second,
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.ListenAndServe() }()
+	logger.Info("serving", "addr", cfg.addr)
+	ready.set(true)
+
+	select {
+	case err := <-serveErr:
+		return err
+	case <-ctx.Done():
+	}
+	// Fail readiness first so the Service stops sending new syncs here,
+	// then let the ones in flight finish.
+	ready.set(false)
+	logger.Info("shutting down", "timeout", cfg.shutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

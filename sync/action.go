@@ -1,0 +1,50 @@
+package sync
+
+import "fmt"
+
+// ActionType is the kind of membership change.
+type ActionType string
+
+const (
+	ActionAddMember     ActionType = "add"
+	ActionPromoteMember ActionType = "promote"
+	ActionRemoveMember  ActionType = "remove"
+	ActionMoveLeader    ActionType = "move-leader"
+)
+
+// Action is the one membership change a sync may make.
+type Action struct {
+	Type ActionType
+	// Name is the member the action is about.
+	Name string
+	// MemberID identifies the member for promote, remove and move-leader
+	// (the member leadership moves to).
+	MemberID uint64
+	// PeerURL is the new member's peer URL, for add.
+	PeerURL string
+	// AsLearner adds a non-voting member, on etcd 3.4 and later.
+	AsLearner bool
+	// LeaderID and LeaderEndpoint say where move-leader must be sent: etcd
+	// accepts it only from the current leader.
+	LeaderID       uint64
+	LeaderEndpoint string
+	// Reason is why the planner chose this action, for logs and status.
+	Reason string
+	// Step is the Progressing condition's reason while the action is made.
+	Step string
+}
+
+func (a Action) String() string {
+	switch a.Type {
+	case ActionAddMember:
+		kind := "voting member"
+		if a.AsLearner {
+			kind = "learner"
+		}
+		return fmt.Sprintf("add %s %s (%s)", kind, a.Name, a.PeerURL)
+	case ActionMoveLeader:
+		return fmt.Sprintf("move leadership to %s (%x)", a.Name, a.MemberID)
+	default:
+		return fmt.Sprintf("%s member %s (%x)", a.Type, a.Name, a.MemberID)
+	}
+}

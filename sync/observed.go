@@ -1,0 +1,114 @@
+package sync
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+)
+
+// Observed is everything one sync knows.
+type Observed struct {
+	Cluster *v1beta2.EtcdCluster
+	// SpecErrors are the problems with the parent's spec, including a spec
+	// that could not be decoded at all. Any of them freezes the cluster.
+	SpecErrors field.ErrorList
+
+	Pods     map[string]*corev1.Pod
+	Services map[string]*corev1.Service
+	PVCs     map[string]*corev1.PersistentVolumeClaim
+	PDBs     map[string]*policyv1.PodDisruptionBudget
+
+	// Membership is etcd's view, or nil when it could not be read.
+	Membership *Membership
+	// MembershipError says why Membership is nil; it goes into status.
+	MembershipError string
+
+	Finalizing bool
+	Now        time.Time
+	// FreshSuffix names the next member ("<cluster>-<suffix>"). The caller
+	// draws it at random so that no name is ever reused, which keeps a new
+	// member off a removed member's data and DNS history.
+	FreshSuffix string
+
+	// Acted is set when this sync already made its membership change (or
+	// tried to); the plan then proposes none and reports the outcome.
+	Acted *Outcome
+}
+
+// Membership is the cluster as etcd reported it in this sync.
+type Membership struct {
+	Members []Member
+	// LeaderID is 0 when no reachable member knows a leader.
+	LeaderID uint64
+	// Stale is set when no quorum answered and the list is one member's
+	// local view. It is good enough to report, never to act on.
+	Stale bool
+}
+
+// Member is one etcd member, with what its own endpoint said about it.
+type Member struct {
+	ID uint64
+	// Name is empty until the member has started; see MemberName.
+	Name       string
+	PeerURLs   []string
+	ClientURLs []string
+	IsLearner  bool
+
+	// Reachable is true when the member answered a status request in this
+	// sync; the fields below are only meaningful then.
+	Reachable bool
+	Version   string
+	// RaftIndex is the member's raft log index, used to tell whether a
+	// learner has caught up with the leader.
+	RaftIndex uint64
+	// Errors are alarms or errors the member reported about itself.
+	Errors []string
+}
+
+// Started reports whether the member has ever run: etcd fills in a member's
+// name when it first joins.
+func (m Member) Started() bool { return m.Name != "" }
+
+func (ms *Membership) byName(cluster string) map[string]Member {
+	out := make(map[string]Member, len(ms.Members))
+	for _, m := range ms.Members {
+		if name := MemberName(m, cluster); name != "" {
+			out[name] = m
+		}
+	}
+	return out
+}
+
+func (ms *Membership) voters() []Member {
+	var out []Member
+	for _, m := range ms.Members {
+		if !m.IsLearner {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// WithMembers is the membership after a change: etcd's new list, with what
+// each surviving member said about itself earlier in this sync.
+func (ms *Membership) WithMembers(members []Member) *Membership {
+	seen := make(map[uint64]Member, len(ms.Members))
+	for _, m := range ms.Members {
+		seen[m.ID] = m
+	}
+	out := &Membership{LeaderID: ms.LeaderID, Members: make([]Member, 0, len(members))}
+	for _, m := range members {
+		if old, ok := seen[m.ID]; ok {
+			m.Reachable, m.Version, m.RaftIndex, m.Errors = old.Reachable, old.Version, old.RaftIndex, old.Errors
+			if m.Name == "" {
+				m.Name = old.Name
+			}
+		}
+		out.Members = append(out.Members, m)
+	}
+	return out
+}

@@ -1,0 +1,107 @@
+package sync
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+)
+
+// Decision is the answer to one sync.
+type Decision struct {
+	Children []Child
+	Status   v1beta2.ClusterStatus
+	// Action is the membership change to make before answering, if any.
+	Action *Action
+	// ResyncAfter asks for another sync; zero leaves it to Metacontroller's
+	// periodic resync and to child events.
+	ResyncAfter time.Duration
+	// Finalized is the finalize hook's answer.
+	Finalized bool
+}
+
+// Outcome is what became of the action an earlier plan of this sync chose.
+type Outcome struct {
+	Action Action
+	Err    error
+}
+
+// How soon to look again. Child events (a Pod turning Ready) trigger syncs
+// by themselves; these cover what produces no event, such as a learner
+// catching up or etcd becoming reachable.
+const (
+	resyncAfterAction = 500 * time.Millisecond
+	resyncWaiting     = 2 * time.Second
+	resyncTrouble     = 5 * time.Second
+)
+
+// StartTimeout is how long a new member's Pod may take to start before the
+// member is given up and removed: long enough for a slow image pull.
+const StartTimeout = 5 * time.Minute
+
+type planner struct {
+	o    *Observed
+	spec v1beta2.ClusterSpec
+}
+
+// Plan decides one sync. See the package documentation for the protocol.
+func Plan(o *Observed) Decision {
+	p := &planner{o: o, spec: o.Cluster.Spec.WithDefaults()}
+	switch {
+	case o.Finalizing:
+		return p.finalize()
+	case len(o.SpecErrors) > 0:
+		return p.frozen(ReasonInvalidSpec, "the spec is invalid, so the cluster is left as it is: "+o.SpecErrors.ToAggregate().Error())
+	case p.spec.Paused:
+		return p.frozen(ReasonPaused, "spec.paused is true: children and membership are left as they are")
+	case o.Membership == nil:
+		return p.withoutMembership()
+	default:
+		return p.withMembership()
+	}
+}
+
+// finalize lets Metacontroller delete every child. Membership is not
+// touched: the whole cluster is going away.
+func (p *planner) finalize() Decision {
+	o := p.o
+	remaining := len(o.Pods) + len(o.Services) + len(o.PVCs) + len(o.PDBs)
+	st := o.Cluster.Status
+	st.ObservedGeneration = o.Cluster.Generation
+	st.Reason = fmt.Sprintf("deleting: %d children left", remaining)
+	d := Decision{Children: []Child{}, Status: st, Finalized: remaining == 0}
+	if !d.Finalized {
+		d.ResyncAfter = resyncWaiting
+	}
+	return d
+}
+
+// frozen keeps every observed child exactly as it was last applied and
+// makes no membership change; status still reports what is observed.
+func (p *planner) frozen(reason, message string) Decision {
+	o := p.o
+	var children []Child
+	for _, pod := range o.Pods {
+		children = append(children, keepPod(pod))
+	}
+	for _, s := range o.Services {
+		children = append(children, keep(KindService, s.Name, s.Annotations, func() any { return s }))
+	}
+	for _, c := range o.PVCs {
+		children = append(children, keep(KindPVC, c.Name, c.Annotations, func() any { return c }))
+	}
+	for _, b := range o.PDBs {
+		children = append(children, keep(KindPDB, b.Name, b.Annotations, func() any { return b }))
+	}
+	sortChildren(children)
+
+	r := p.observe()
+	r.reason = message
+	r.progressing = conditionFalse(reason, message)
+	if reason == ReasonPaused {
+		r.paused = true
+	} else {
+		r.problems = append([]problem{{reason, message}}, r.problems...)
+	}
+	return Decision{Children: children, Status: p.status(r)}
+}

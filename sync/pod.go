@@ -1,0 +1,206 @@
+package sync
+
+import (
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+)
+
+const (
+	// Labels carried by every member Pod, as in the CoreOS operator, so
+	// that its Services' selectors and users' queries keep working.
+	LabelApp     = "app"
+	LabelCluster = "etcd_cluster"
+	LabelNode    = "etcd_node"
+	// AnnotationVersion is the CoreOS operator's reserved annotation.
+	AnnotationVersion = "etcd.version"
+
+	dataVolume = "etcd-data"
+	dataMount  = "/var/etcd"
+	dataDir    = dataMount + "/data"
+	etcdBinary = "/usr/local/bin/etcd"
+)
+
+// memberPodInput is what a member Pod is rendered from.
+type memberPodInput struct {
+	cluster *v1beta2.EtcdCluster
+	spec    v1beta2.ClusterSpec // defaulted
+	name    string
+	// initialCluster and state matter only to a member that starts on an
+	// empty data dir; etcd ignores them once it has data.
+	initialCluster string
+	state          string
+}
+
+func memberLabels(cluster, member string, policy *v1beta2.PodPolicy) map[string]string {
+	labels := map[string]string{}
+	if policy != nil {
+		maps.Copy(labels, policy.Labels)
+	}
+	labels[LabelApp] = "etcd"
+	labels[LabelCluster] = cluster
+	labels[LabelNode] = member
+	return labels
+}
+
+func selectorLabels(cluster string) map[string]string {
+	return map[string]string{LabelApp: "etcd", LabelCluster: cluster}
+}
+
+func renderMemberPod(in memberPodInput) *corev1.Pod {
+	c, spec, policy := in.cluster, in.spec, in.spec.Pod
+	domain := policy.ClusterDomainSuffix()
+	annotations := map[string]string{}
+	if policy != nil {
+		maps.Copy(annotations, policy.Annotations)
+	}
+	annotations[AnnotationVersion] = spec.Version
+
+	container := corev1.Container{
+		Name:    "etcd",
+		Image:   spec.Image(),
+		Command: etcdCommand(in, domain),
+		Ports: []corev1.ContainerPort{
+			{Name: "client", ContainerPort: ClientPort, Protocol: corev1.ProtocolTCP},
+			{Name: "peer", ContainerPort: PeerPort, Protocol: corev1.ProtocolTCP},
+		},
+		VolumeMounts:   []corev1.VolumeMount{{Name: dataVolume, MountPath: dataMount}},
+		ReadinessProbe: readinessProbe(spec.Version),
+	}
+	if policy != nil {
+		container.Resources = policy.Resources
+		container.Env = policy.EtcdEnv
+	}
+
+	enableServiceLinks := false
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        in.name,
+			Namespace:   c.Namespace,
+			Labels:      memberLabels(c.Name, in.name, policy),
+			Annotations: annotations,
+		},
+		Spec: corev1.PodSpec{
+			Hostname:  in.name,
+			Subdomain: c.Name,
+			// Always, so that an etcd exit or a node reboot restarts the
+			// member on its data instead of turning it into a dead member.
+			RestartPolicy: corev1.RestartPolicyAlways,
+			// Service links would put variables such as ETCD_PORT into the
+			// environment when a Service named "etcd" exists, and etcd
+			// reads every ETCD_* variable as a flag.
+			EnableServiceLinks: &enableServiceLinks,
+			Containers:         []corev1.Container{container},
+			Volumes:            []corev1.Volume{dataVolumeFor(in.name, spec)},
+			Affinity:           affinityFor(c.Name, policy),
+		},
+	}
+	if policy != nil {
+		pod.Spec.NodeSelector = policy.NodeSelector
+		pod.Spec.Tolerations = policy.Tolerations
+		pod.Spec.SecurityContext = policy.SecurityContext
+	}
+	return pod
+}
+
+func etcdCommand(in memberPodInput, domain string) []string {
+	c := in.cluster
+	return []string{
+		etcdBinary,
+		"--name=" + in.name,
+		"--data-dir=" + dataDir,
+		fmt.Sprintf("--listen-client-urls=http://0.0.0.0:%d", ClientPort),
+		fmt.Sprintf("--listen-peer-urls=http://0.0.0.0:%d", PeerPort),
+		"--advertise-client-urls=" + ClientURL(in.name, c.Name, c.Namespace, domain),
+		"--initial-advertise-peer-urls=" + PeerURL(in.name, c.Name, c.Namespace, domain),
+		"--initial-cluster=" + in.initialCluster,
+		"--initial-cluster-state=" + in.state,
+		"--initial-cluster-token=" + ClusterToken(c.Name, string(c.UID)),
+	}
+}
+
+// readinessProbe asks etcd whether it can serve. From 3.5 on the probe
+// reads serializably: a learner, or a member cut off from the leader for a
+// moment, still has its data, and a linearizable check would flap it.
+func readinessProbe(version string) *corev1.Probe {
+	path := "/health"
+	if v, ok := parseVersion(version); ok && !v.less(semver{3, 5, 0}) {
+		path = "/health?serializable=true"
+	}
+	return &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path:   path,
+			Port:   intstr.FromInt32(ClientPort),
+			Scheme: corev1.URISchemeHTTP,
+		}},
+		PeriodSeconds:    2,
+		TimeoutSeconds:   2,
+		FailureThreshold: 3,
+		SuccessThreshold: 1,
+	}
+}
+
+func dataVolumeFor(member string, spec v1beta2.ClusterSpec) corev1.Volume {
+	if spec.Persistent() {
+		return corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: member},
+		}}
+	}
+	return corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+}
+
+// affinityFor spreads members over nodes by default, preferred rather than
+// required so that a cluster still forms on a single-node test cluster.
+func affinityFor(cluster string, policy *v1beta2.PodPolicy) *corev1.Affinity {
+	if policy != nil && policy.Affinity != nil {
+		return policy.Affinity
+	}
+	term := corev1.PodAffinityTerm{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(cluster)},
+		TopologyKey:   "kubernetes.io/hostname",
+	}
+	if policy != nil && policy.AntiAffinity {
+		return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term},
+		}}
+	}
+	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 100, PodAffinityTerm: term}},
+	}}
+}
+
+func podReady(p *corev1.Pod) bool {
+	if p == nil || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podFinished reports a Pod that will never run its container again:
+// with restartPolicy Always that only happens when the Pod is evicted or
+// its node is lost.
+func podFinished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
+}
+
+func keepPod(p *corev1.Pod) Child {
+	return keep(KindPod, p.Name, p.Annotations, func() any {
+		return &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: strippedMeta(p.ObjectMeta), Spec: p.Spec}
+	})
+}
+
+// strippedMeta keeps the parts of observed metadata a hook may own.
+func strippedMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, Labels: m.Labels, Annotations: m.Annotations}
+}

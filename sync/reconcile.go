@@ -1,0 +1,250 @@
+package sync
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+)
+
+// withMembership plans a sync with etcd's membership in hand: the children
+// follow the membership, and at most one step moves the membership toward
+// the spec.
+func (p *planner) withMembership() Decision {
+	o := p.o
+	views := p.viewMembers()
+	children := append(p.commonChildren(), p.memberChildren(views)...)
+	sortChildren(children)
+
+	r := p.observe()
+	for _, v := range views {
+		if v.dead {
+			r.problem(ReasonDeadMember, fmt.Sprintf("member %s is dead: %s", v.name, v.deadReason))
+		}
+	}
+	d := Decision{Children: children}
+	step := p.nextStep(views)
+	switch {
+	case o.Acted != nil:
+		step = p.reportOutcome(*o.Acted)
+	case step.action != nil && o.Membership.Stale:
+		step = stepResult{}
+	}
+	if step.progressing.reason != "" {
+		r.progressing = step.progressing
+	}
+	if step.blocked != nil {
+		r.problems = append([]problem{*step.blocked}, r.problems...)
+	}
+	if r.phase == v1beta2.PhaseFailed {
+		d.ResyncAfter = resyncTrouble
+	} else {
+		d.ResyncAfter = step.resync
+	}
+	d.Action = step.action
+	d.Status = p.status(r)
+	return d
+}
+
+// stepResult is the planner's choice of the next membership step.
+type stepResult struct {
+	action      *Action
+	progressing condition
+	// blocked is a problem that keeps the cluster from converging.
+	blocked *problem
+	resync  time.Duration
+}
+
+func waiting(reason, message string) stepResult {
+	return stepResult{progressing: conditionTrue(reason, message), resync: resyncWaiting}
+}
+
+func acting(a Action, reason string) stepResult {
+	a.Step = reason
+	return stepResult{action: &a, progressing: conditionTrue(reason, a.Reason), resync: resyncAfterAction}
+}
+
+func blockedStep(reason, message string) stepResult {
+	return stepResult{
+		progressing: conditionFalse(reason, message),
+		blocked:     &problem{reason, message},
+		resync:      resyncTrouble,
+	}
+}
+
+// nextStep is the ladder of membership steps, most urgent first. Each rung
+// returns; the first that applies is the only step of this sync.
+func (p *planner) nextStep(views []memberView) stepResult {
+	ms := p.o.Membership
+	if ms.Stale || !HasQuorum(ms) || ms.LeaderID == 0 {
+		return blockedStep(ReasonQuorumLost, "no membership change is made without a quorum and a leader")
+	}
+	leader := p.leaderView(views)
+
+	// A learner is the member the previous step added. It is promoted once
+	// caught up, or removed if it can never start.
+	for _, v := range views {
+		if !v.IsLearner {
+			continue
+		}
+		if v.dead {
+			return acting(p.remove(v, "learner "+v.name+" is removed: "+v.deadReason), ReasonReplacingMember)
+		}
+		if !v.Started() || !v.ready || !learnerCaughtUp(v.Member, leader.Member) {
+			return waiting(ReasonWaitingForMember, fmt.Sprintf("waiting for learner %s to start and catch up with the leader", v.name))
+		}
+		if !CanPromote(ms, v.ID) {
+			return blockedStep(ReasonPromotingLearner, fmt.Sprintf("learner %s cannot be promoted without risking quorum", v.name))
+		}
+		a := Action{Type: ActionPromoteMember, Name: v.name, MemberID: v.ID, Reason: fmt.Sprintf("promoting learner %s, which has caught up with the leader", v.name)}
+		return acting(a, ReasonPromotingLearner)
+	}
+
+	// A voter that never started was added without a learner (etcd < 3.4);
+	// nothing else may change until it runs, or it is given up.
+	for _, v := range views {
+		if v.Started() {
+			continue
+		}
+		if v.dead && CanRemove(ms, v.ID) {
+			return acting(p.remove(v, "member "+v.name+" is removed: "+v.deadReason), ReasonReplacingMember)
+		}
+		return waiting(ReasonWaitingForMember, fmt.Sprintf("waiting for new member %s to start", v.name))
+	}
+
+	for _, v := range views {
+		if !v.dead {
+			continue
+		}
+		if !CanRemove(ms, v.ID) {
+			return blockedStep(ReasonDeadMember, fmt.Sprintf("dead member %s cannot be removed: the other voting members would have no quorum", v.name))
+		}
+		return acting(p.remove(v, fmt.Sprintf("dead member %s is removed before it is replaced: %s", v.name, v.deadReason)), ReasonReplacingMember)
+	}
+
+	var unready []string
+	for _, v := range views {
+		if !v.ready {
+			unready = append(unready, v.name)
+		}
+	}
+	if len(unready) > 0 {
+		return waiting(ReasonWaitingForMember, "waiting for members to become ready: "+strings.Join(unready, ", "))
+	}
+
+	switch size := p.spec.Size; {
+	case len(views) < size:
+		return p.grow(views)
+	case len(views) > size:
+		return p.shrink(views, leader)
+	}
+	return stepResult{}
+}
+
+func (p *planner) leaderView(views []memberView) memberView {
+	for _, v := range views {
+		if v.ID == p.o.Membership.LeaderID {
+			return v
+		}
+	}
+	return memberView{}
+}
+
+func (p *planner) remove(v memberView, reason string) Action {
+	return Action{Type: ActionRemoveMember, Name: v.name, MemberID: v.ID, Reason: reason}
+}
+
+// grow adds one member: as a learner wherever etcd supports it, so that a
+// member that never starts cannot cost the quorum.
+func (p *planner) grow(views []memberView) stepResult {
+	o, c := p.o, p.o.Cluster
+	name := c.Name + "-" + o.FreshSuffix
+	if o.FreshSuffix == "" || p.nameTaken(name, views) {
+		return waiting(ReasonScalingUp, "waiting for an unused member name")
+	}
+	learners := p.learnersSupported()
+	if !learners && !CanAddVoter(o.Membership) {
+		return blockedStep(ReasonScalingUp, "a voting member cannot be added: the members that answer would not be a quorum of the larger cluster")
+	}
+	kind := "voting member"
+	if learners {
+		kind = "learner"
+	}
+	return acting(Action{
+		Type:      ActionAddMember,
+		Name:      name,
+		PeerURL:   PeerURL(name, c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix()),
+		AsLearner: learners,
+		Reason:    fmt.Sprintf("scaling from %d to %d members: adding %s %s", len(views), p.spec.Size, kind, name),
+	}, ReasonScalingUp)
+}
+
+func (p *planner) nameTaken(name string, views []memberView) bool {
+	if _, ok := p.o.Pods[name]; ok {
+		return true
+	}
+	if _, ok := p.o.PVCs[name]; ok {
+		return true
+	}
+	for _, v := range views {
+		if v.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// learnersSupported needs both the target version and every running
+// member to know learners: the request goes to a running member.
+func (p *planner) learnersSupported() bool {
+	target, ok := parseVersion(p.spec.Version)
+	if !ok || !target.supportsLearners() {
+		return false
+	}
+	running, ok := parseVersion(lowestVersion(p.o.Membership))
+	return ok && running.supportsLearners()
+}
+
+// shrink removes one member, never the leader while another member could
+// go: removing the leader forces an election and stalls writes.
+func (p *planner) shrink(views []memberView, leader memberView) stepResult {
+	ms := p.o.Membership
+	var victim *memberView
+	for i := len(views) - 1; i >= 0; i-- {
+		if views[i].ID != ms.LeaderID {
+			victim = &views[i]
+			break
+		}
+	}
+	if victim == nil {
+		return p.moveLeaderOff(views, leader)
+	}
+	if !CanRemove(ms, victim.ID) {
+		return blockedStep(ReasonScalingDown, fmt.Sprintf("member %s cannot be removed without losing quorum", victim.name))
+	}
+	return acting(p.remove(*victim, fmt.Sprintf("scaling from %d to %d members: removing %s", len(views), p.spec.Size, victim.name)), ReasonScalingDown)
+}
+
+func (p *planner) moveLeaderOff(views []memberView, leader memberView) stepResult {
+	for _, v := range views {
+		if v.ID != leader.ID && !v.IsLearner && v.Reachable && v.ready {
+			c := p.o.Cluster
+			return acting(Action{
+				Type: ActionMoveLeader, Name: v.name, MemberID: v.ID,
+				LeaderID: leader.ID, LeaderEndpoint: ClientURL(leader.name, c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix()),
+				Reason: fmt.Sprintf("moving leadership from %s to %s before %s is removed", leader.name, v.name, leader.name),
+			}, ReasonMovingLeader)
+		}
+	}
+	return blockedStep(ReasonScalingDown, "only the leader could be removed and no member can take over leadership")
+}
+
+// reportOutcome describes the step this sync already took.
+func (p *planner) reportOutcome(out Outcome) stepResult {
+	if out.Err != nil {
+		msg := fmt.Sprintf("%s failed: %v", out.Action, out.Err)
+		return stepResult{progressing: conditionTrue(ReasonActionFailed, msg), resync: resyncTrouble}
+	}
+	return stepResult{progressing: conditionTrue(out.Action.Step, out.Action.Reason), resync: resyncAfterAction}
+}

@@ -1,0 +1,77 @@
+package sync
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+)
+
+// ClientServiceName is the Service clients connect to.
+func ClientServiceName(cluster string) string { return cluster + "-client" }
+
+// peerService is headless and publishes members before they are ready:
+// a member's DNS name must resolve while it is still joining, or it can
+// never catch up and become ready.
+func peerService(c *v1beta2.EtcdCluster) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: selectorLabels(c.Name)},
+		Spec: corev1.ServiceSpec{
+			ClusterIP:                corev1.ClusterIPNone,
+			PublishNotReadyAddresses: true,
+			Selector:                 selectorLabels(c.Name),
+			Ports: []corev1.ServicePort{
+				{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt32(ClientPort), Protocol: corev1.ProtocolTCP},
+				{Name: "peer", Port: PeerPort, TargetPort: intstr.FromInt32(PeerPort), Protocol: corev1.ProtocolTCP},
+			},
+		},
+	}
+}
+
+func clientService(c *v1beta2.EtcdCluster) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: ClientServiceName(c.Name), Namespace: c.Namespace, Labels: selectorLabels(c.Name)},
+		Spec: corev1.ServiceSpec{
+			Selector: selectorLabels(c.Name),
+			Ports: []corev1.ServicePort{
+				{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt32(ClientPort), Protocol: corev1.ProtocolTCP},
+			},
+		},
+	}
+}
+
+// disruptionBudget lets voluntary disruptions (drains) take one member at
+// a time. A single member on an emptyDir allows none: evicting it would
+// destroy the only copy of the data.
+func disruptionBudget(c *v1beta2.EtcdCluster, spec v1beta2.ClusterSpec) *policyv1.PodDisruptionBudget {
+	unavailable := intstr.FromInt32(1)
+	if spec.Size <= 1 && !spec.Persistent() {
+		unavailable = intstr.FromInt32(0)
+	}
+	return &policyv1.PodDisruptionBudget{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: selectorLabels(c.Name)},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: &unavailable,
+			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(c.Name)},
+		},
+	}
+}
+
+// memberClaim is a member's data volume. It is named after the member, so
+// it outlives the member's Pod and is found again when the Pod returns.
+func memberClaim(c *v1beta2.EtcdCluster, spec v1beta2.ClusterSpec, member string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      member,
+			Namespace: c.Namespace,
+			Labels:    memberLabels(c.Name, member, nil),
+		},
+		Spec: *spec.Pod.PersistentVolumeClaimSpec,
+	}
+}

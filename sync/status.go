@@ -1,0 +1,155 @@
+package sync
+
+import (
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+)
+
+// Reasons used in conditions and status.reason. They are part of the API:
+// users alert on them.
+const (
+	ReasonAsExpected        = "AsExpected"
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonPaused            = "Paused"
+	ReasonBootstrapping     = "Bootstrapping"
+	ReasonScalingUp         = "ScalingUp"
+	ReasonScalingDown       = "ScalingDown"
+	ReasonPromotingLearner  = "PromotingLearner"
+	ReasonWaitingForMember  = "WaitingForMember"
+	ReasonReplacingMember   = "ReplacingDeadMember"
+	ReasonRecoveringMembers = "RecoveringMembers"
+	ReasonMovingLeader      = "MovingLeader"
+	ReasonActionFailed      = "MembershipActionFailed"
+	ReasonConverged         = "Converged"
+	ReasonQuorumHealthy     = "QuorumHealthy"
+	ReasonQuorumLost        = "QuorumLost"
+	ReasonEtcdUnreachable   = "EtcdUnreachable"
+	ReasonMembersUnready    = "MembersUnready"
+	ReasonDeadMember        = "DeadMember"
+	ReasonAllMembersLost    = "AllMembersLost"
+	ReasonFieldsNotHonoured = "FieldsNotHonoured"
+	ReasonDeleting          = "Deleting"
+)
+
+type condition struct {
+	status  metav1.ConditionStatus
+	reason  string
+	message string
+}
+
+func conditionTrue(reason, message string) condition {
+	return condition{metav1.ConditionTrue, reason, message}
+}
+
+func conditionFalse(reason, message string) condition {
+	return condition{metav1.ConditionFalse, reason, message}
+}
+
+// report gathers what the status will say, as the planner learns it.
+type report struct {
+	phase       v1beta2.ClusterPhase
+	reason      string
+	available   condition
+	progressing condition
+	problems    []problem
+	paused      bool
+	ready       []string
+	unready     []string
+	size        int
+	version     string
+}
+
+type problem struct{ reason, message string }
+
+func (r *report) problem(reason, message string) {
+	r.problems = append(r.problems, problem{reason, message})
+}
+
+// degraded folds every problem into one condition; the first problem is
+// the most severe because the planner reports in order of severity.
+func (r *report) degraded() condition {
+	if len(r.problems) == 0 {
+		return conditionFalse(ReasonAsExpected, "no problem observed")
+	}
+	messages := make([]string, len(r.problems))
+	for i, p := range r.problems {
+		messages[i] = p.message
+	}
+	return conditionTrue(r.problems[0].reason, strings.Join(messages, "; "))
+}
+
+// status renders the report. A condition's lastTransitionTime is carried
+// over from the previous status unless its status flips, so a steady
+// cluster's status does not change from one sync to the next: Metacontroller
+// would write every change and sync again on it.
+func (p *planner) status(r report) v1beta2.ClusterStatus {
+	c := p.o.Cluster
+	prev := c.Status
+	sort.Strings(r.ready)
+	sort.Strings(r.unready)
+	version := r.version
+	if version == "" {
+		version = prev.CurrentVersion
+	}
+	if r.reason == "" && len(r.problems) > 0 {
+		r.reason = r.problems[0].message
+	}
+	st := v1beta2.ClusterStatus{
+		ObservedGeneration: c.Generation,
+		Phase:              r.phase,
+		Reason:             r.reason,
+		ControlPaused:      r.paused,
+		Size:               r.size,
+		ReadyMembers:       len(r.ready),
+		Members:            v1beta2.MembersStatus{Ready: r.ready, Unready: r.unready},
+		ServiceName:        ClientServiceName(c.Name),
+		ClientPort:         ClientPort,
+		CurrentVersion:     version,
+		TargetVersion:      p.spec.Version,
+	}
+	for _, cc := range []struct {
+		t v1beta2.ConditionType
+		c condition
+	}{
+		{v1beta2.ConditionAvailable, r.available},
+		{v1beta2.ConditionProgressing, r.progressing},
+		{v1beta2.ConditionDegraded, r.degraded()},
+	} {
+		st.Conditions = append(st.Conditions, p.condition(cc.t, cc.c))
+	}
+	return st
+}
+
+func (p *planner) condition(t v1beta2.ConditionType, c condition) v1beta2.ClusterCondition {
+	out := v1beta2.ClusterCondition{Type: t, Status: c.status, Reason: c.reason, Message: c.message}
+	if c.status == "" {
+		out.Status = metav1.ConditionUnknown
+	}
+	out.LastTransitionTime = metav1.NewTime(p.o.Now.UTC().Truncate(1e9))
+	for _, prev := range p.o.Cluster.Status.Conditions {
+		if prev.Type == t && prev.Status == out.Status && !prev.LastTransitionTime.IsZero() {
+			out.LastTransitionTime = prev.LastTransitionTime
+		}
+	}
+	return out
+}
+
+// unhonouredFields lists spec fields that are accepted for compatibility
+// with the CoreOS operator's manifests but change nothing yet.
+func unhonouredFields(spec v1beta2.ClusterSpec) []string {
+	var out []string
+	if spec.TLS != nil {
+		out = append(out, "spec.TLS (members and the hook speak plain HTTP)")
+	}
+	if spec.Pod != nil && spec.Pod.BusyboxImage != "" {
+		out = append(out, "spec.pod.busyboxImage (there is no init container)")
+	}
+	if spec.Pod != nil && spec.Pod.DNSTimeoutInSecond != 0 {
+		out = append(out, "spec.pod.DNSTimeoutInSecond (there is no init container)")
+	}
+	return out
+}
