@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -79,7 +80,7 @@ func Decode(body []byte) (*sync.Observed, error) {
 	}
 	o := &sync.Observed{Cluster: cluster, Finalizing: req.Finalizing}
 	if err := decodeSpec(p.Spec, &cluster.Spec); err != nil {
-		o.SpecErrors = field.ErrorList{field.Invalid(field.NewPath("spec"), string(p.Spec), err.Error())}
+		o.SpecErrors = field.ErrorList{err}
 	} else {
 		o.SpecErrors = cluster.Validate()
 	}
@@ -100,14 +101,26 @@ func Decode(body []byte) (*sync.Observed, error) {
 	return o, nil
 }
 
-func decodeSpec(raw json.RawMessage, spec *v1beta2.ClusterSpec) error {
+// decodeSpec reports a spec that does not decode as the API server would
+// report it: by field path, with the type the field needs.
+func decodeSpec(raw json.RawMessage, spec *v1beta2.ClusterSpec) *field.Error {
+	path := field.NewPath("spec")
 	if len(raw) == 0 || string(raw) == "null" {
-		return errors.New("spec is missing")
+		return field.Required(path, "an EtcdCluster needs a spec")
 	}
-	if err := json.Unmarshal(raw, spec); err != nil {
-		return fmt.Errorf("cannot decode: %w", err)
+	err := json.Unmarshal(raw, spec)
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		for _, part := range strings.Split(typeErr.Field, ".") {
+			path = path.Child(part)
+		}
+		return field.TypeInvalid(path, typeErr.Value, "must be of type "+typeErr.Type.String())
+	default:
+		return field.Invalid(path, "", "does not decode: "+err.Error())
 	}
-	return nil
 }
 
 func decodeChildren[T any](children map[string]map[string]json.RawMessage, key string) (map[string]*T, error) {

@@ -30,8 +30,16 @@ func HasQuorum(ms *Membership) bool {
 // member counts toward the quorum size but is not up yet, so the members
 // that are up must already form a quorum of the larger cluster. This is the
 // check that makes a plain 1 → 2 growth unsafe and a learner safe.
+//
+// Like etcd, it allows the one exception of a single started member taking
+// a second: there is no other way to grow a one-member cluster without
+// learners, and etcd itself accepts it.
 func CanAddVoter(ms *Membership) bool {
-	return healthyVoters(ms, 0) >= Quorum(len(ms.voters())+1)
+	up, voters := healthyVoters(ms, 0), len(ms.voters())
+	if up == 1 && voters == 1 {
+		return true
+	}
+	return up >= Quorum(voters+1)
 }
 
 // CanPromote reports whether learner id may become a voter: as for an add,
