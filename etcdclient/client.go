@@ -3,6 +3,7 @@ package etcdclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	gosync "sync"
 
@@ -13,13 +14,13 @@ import (
 	"github.com/etcdhook/etcd-hook/sync"
 )
 
-// cluster holds one balanced client for cluster-wide calls and one client
-// per endpoint for the calls that must reach a particular member (status,
-// leader moves). clientv3's own Status dials a fresh connection each time.
+// cluster holds one client per member endpoint. Every call is aimed at a
+// particular member: a learner refuses most RPCs, so a balanced client
+// that may pick the learner would fail at random, and clientv3's own
+// Status dials a fresh connection on every call.
 type cluster struct {
 	mu        gosync.Mutex
 	endpoints []string
-	all       *clientv3.Client
 	each      map[string]*clientv3.Client
 	newClient func(endpoints []string) (*clientv3.Client, error)
 }
@@ -27,15 +28,6 @@ type cluster struct {
 func (c *cluster) setEndpoints(endpoints []string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.all == nil {
-		cli, err := c.newClient(endpoints)
-		if err != nil {
-			return err
-		}
-		c.all = cli
-	} else if !slices.Equal(c.endpoints, endpoints) {
-		c.all.SetEndpoints(endpoints...)
-	}
 	for ep, cli := range c.each {
 		if !slices.Contains(endpoints, ep) {
 			_ = cli.Close()
@@ -63,9 +55,6 @@ func (c *cluster) endpointClient(ep string) (*clientv3.Client, error) {
 func (c *cluster) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.all != nil {
-		_ = c.all.Close()
-	}
 	for _, cli := range c.each {
 		_ = cli.Close()
 	}
@@ -78,6 +67,8 @@ type endpointStatus struct {
 	err      error
 }
 
+func (st endpointStatus) voter() bool { return st.err == nil && st.resp != nil && !st.resp.IsLearner }
+
 func (c *cluster) status(ctx context.Context, ep string) endpointStatus {
 	cli, err := c.endpointClient(ep)
 	if err != nil {
@@ -87,8 +78,15 @@ func (c *cluster) status(ctx context.Context, ep string) endpointStatus {
 	return endpointStatus{endpoint: ep, resp: resp, err: err}
 }
 
-// Membership reads the list and every member's status at once: a member
-// that does not answer costs the timeout once, not once per step.
+type listResult struct {
+	resp *clientv3.MemberListResponse
+	err  error
+}
+
+// Membership asks every endpoint for its status at once, and the first
+// voter that answers for the member list, while the others are still
+// answering: a member that does not answer costs the timeout once, in
+// parallel with the rest, not once per call.
 func (c *cluster) Membership(ctx context.Context) (*sync.Membership, error) {
 	ctx, cancel := bounded(ctx, ObserveTimeout)
 	defer cancel()
@@ -100,39 +98,62 @@ func (c *cluster) Membership(ctx context.Context) (*sync.Membership, error) {
 	for _, ep := range endpoints {
 		go func() { results <- c.status(ctx, ep) }()
 	}
-	list, listErr := c.all.MemberList(ctx)
+	listed := make(chan listResult, 1)
+	listing := false
 	statuses := make([]endpointStatus, 0, len(endpoints))
 	for range endpoints {
-		statuses = append(statuses, <-results)
-	}
-
-	stale := false
-	if listErr != nil {
-		// Without a quorum a linearizable list cannot be read, but a member
-		// that is up still knows the membership: good enough to say which
-		// members are missing.
-		list = c.localList(ctx, statuses)
-		if list == nil {
-			return nil, wrap("member list", listErr)
+		st := <-results
+		statuses = append(statuses, st)
+		if !listing && st.voter() {
+			listing = true
+			go func() {
+				resp, err := c.memberList(ctx, st.endpoint)
+				listed <- listResult{resp, err}
+			}()
 		}
-		stale = true
 	}
-	ms := membershipFrom(list.Members, statuses)
-	ms.Stale = stale
-	return ms, nil
+	listErr := errors.New("no voting member answered")
+	if listing {
+		res := <-listed
+		if res.err == nil {
+			return membershipFrom(res.resp.Members, statuses), nil
+		}
+		listErr = res.err
+	}
+	// Without a quorum a linearizable list cannot be read, but a member
+	// that is up still knows the membership: good enough to report which
+	// members are missing, never to act on.
+	if list := c.localList(ctx, statuses); list != nil {
+		ms := membershipFrom(list.Members, statuses)
+		ms.Stale = true
+		return ms, nil
+	}
+	return nil, wrap("member list", listErr)
+}
+
+func (c *cluster) memberList(ctx context.Context, ep string, opts ...clientv3.OpOption) (*clientv3.MemberListResponse, error) {
+	cli, err := c.endpointClient(ep)
+	if err != nil {
+		return nil, err
+	}
+	return cli.MemberList(ctx, opts...)
 }
 
 func (c *cluster) localList(parent context.Context, statuses []endpointStatus) *clientv3.MemberListResponse {
+	slices.SortStableFunc(statuses, func(a, b endpointStatus) int {
+		if a.voter() && !b.voter() {
+			return -1
+		}
+		return 0
+	})
 	for _, st := range statuses {
 		if st.err != nil {
 			continue
 		}
-		cli, err := c.endpointClient(st.endpoint)
-		if err != nil {
-			continue
-		}
+		// The linearizable attempt may have used up the budget; a local
+		// read answers at once or not at all.
 		ctx, cancel := bounded(context.WithoutCancel(parent), CallTimeout/4)
-		list, err := cli.MemberList(ctx, clientv3.WithSerializable())
+		list, err := c.memberList(ctx, st.endpoint, clientv3.WithSerializable())
 		cancel()
 		if err == nil {
 			return list
@@ -195,66 +216,92 @@ func toMembers(ms []*pb.Member) []sync.Member {
 	return out
 }
 
-// Apply makes the change. Each call is idempotent against what etcd
-// already holds: removing a member that is gone, or adding a peer URL that
-// is already there, reads back the list instead of failing.
+// Apply makes the change through the leader's endpoint, which the planner
+// names from the observed membership. Each call is idempotent against what
+// etcd already holds: removing a member that is gone, or adding a peer URL
+// that is already there, reads back the list instead of failing.
 func (c *cluster) Apply(ctx context.Context, a sync.Action) ([]sync.Member, error) {
 	ctx, cancel := bounded(ctx, CallTimeout)
 	defer cancel()
+	cli, err := c.endpointClient(a.LeaderEndpoint)
+	if err != nil {
+		return nil, wrap(string(a.Type), err)
+	}
+	members, err := apply(ctx, cli, a)
+	if isEtcdError(err, rpctypes.ErrUnhealthy) || isEtcdError(err, rpctypes.ErrMemberNotEnoughStarted) {
+		// etcd's own guard: a peer connected for less than its health
+		// interval does not count yet. The next sync tries again.
+		return nil, fmt.Errorf("%w: %w", ErrNotReady, err)
+	}
+	return members, err
+}
+
+func apply(ctx context.Context, cli *clientv3.Client, a sync.Action) ([]sync.Member, error) {
 	switch a.Type {
 	case sync.ActionAddMember:
-		add := c.all.MemberAddAsLearner
+		add := cli.MemberAddAsLearner
 		if !a.AsLearner {
-			add = c.all.MemberAdd
+			add = cli.MemberAdd
 		}
 		resp, err := add(ctx, []string{a.PeerURL})
-		if isEtcdError(err, rpctypes.ErrPeerURLExist) {
-			return c.list(ctx)
+		if isEtcdError(err, rpctypes.ErrPeerURLExist) || isEtcdError(err, rpctypes.ErrMemberExist) {
+			// A retried add whose first attempt went through: etcd derives
+			// the member ID from the peer URL, so both errors mean the same.
+			return listContaining(ctx, cli, a.PeerURL, err)
 		}
 		if err != nil {
 			return nil, wrap("member add", err)
 		}
 		return toMembers(resp.Members), nil
 	case sync.ActionPromoteMember:
-		resp, err := c.all.MemberPromote(ctx, a.MemberID)
+		resp, err := cli.MemberPromote(ctx, a.MemberID)
 		if isEtcdError(err, rpctypes.ErrMemberLearnerNotReady) {
 			return nil, wrap("member promote", ErrNotReady)
 		}
 		if isEtcdError(err, rpctypes.ErrMemberNotLearner) {
-			return c.list(ctx)
+			return list(ctx, cli)
 		}
 		if err != nil {
 			return nil, wrap("member promote", err)
 		}
 		return toMembers(resp.Members), nil
 	case sync.ActionRemoveMember:
-		resp, err := c.all.MemberRemove(ctx, a.MemberID)
+		resp, err := cli.MemberRemove(ctx, a.MemberID)
 		if isEtcdError(err, rpctypes.ErrMemberNotFound) {
-			return c.list(ctx)
+			return list(ctx, cli)
 		}
 		if err != nil {
 			return nil, wrap("member remove", err)
 		}
 		return toMembers(resp.Members), nil
 	case sync.ActionMoveLeader:
-		cli, err := c.endpointClient(a.LeaderEndpoint)
-		if err != nil {
-			return nil, wrap("move leader", err)
-		}
 		if _, err := cli.MoveLeader(ctx, a.MemberID); err != nil {
 			return nil, wrap("move leader", err)
 		}
-		return c.list(ctx)
+		return list(ctx, cli)
 	}
 	return nil, errors.New("unknown membership action " + string(a.Type))
 }
 
-func (c *cluster) list(ctx context.Context) ([]sync.Member, error) {
-	resp, err := c.all.MemberList(ctx)
+func list(ctx context.Context, cli *clientv3.Client) ([]sync.Member, error) {
+	resp, err := cli.MemberList(ctx)
 	if err != nil {
 		return nil, wrap("member list", err)
 	}
 	return toMembers(resp.Members), nil
+}
+
+func listContaining(ctx context.Context, cli *clientv3.Client, peerURL string, cause error) ([]sync.Member, error) {
+	members, err := list(ctx, cli)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range members {
+		if slices.Contains(m.PeerURLs, peerURL) {
+			return members, nil
+		}
+	}
+	return nil, wrap("member add", cause)
 }
 
 // isEtcdError matches an etcd server error whether or not the client

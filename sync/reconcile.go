@@ -25,6 +25,12 @@ func (p *planner) withMembership() Decision {
 	}
 	d := Decision{Children: children}
 	step := p.nextStep(views)
+	if a := step.action; a != nil {
+		// Every change goes to the leader: etcd forwards from followers,
+		// but a learner refuses membership RPCs outright.
+		leader := p.leaderView(views)
+		a.LeaderID, a.LeaderEndpoint = leader.ID, p.clientEndpoint(leader)
+	}
 	switch {
 	case o.Acted != nil:
 		step = p.reportOutcome(*o.Acted)
@@ -151,6 +157,16 @@ func (p *planner) leaderView(views []memberView) memberView {
 	return memberView{}
 }
 
+// clientEndpoint is where the hook reaches a member: the client URL it
+// advertises, or the one its Pod is given when it has not said yet.
+func (p *planner) clientEndpoint(v memberView) string {
+	if len(v.ClientURLs) > 0 {
+		return v.ClientURLs[0]
+	}
+	c := p.o.Cluster
+	return ClientURL(v.name, c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix())
+}
+
 func (p *planner) remove(v memberView, reason string) Action {
 	return Action{Type: ActionRemoveMember, Name: v.name, MemberID: v.ID, Reason: reason}
 }
@@ -229,10 +245,8 @@ func (p *planner) shrink(views []memberView, leader memberView) stepResult {
 func (p *planner) moveLeaderOff(views []memberView, leader memberView) stepResult {
 	for _, v := range views {
 		if v.ID != leader.ID && !v.IsLearner && v.Reachable && v.ready {
-			c := p.o.Cluster
 			return acting(Action{
 				Type: ActionMoveLeader, Name: v.name, MemberID: v.ID,
-				LeaderID: leader.ID, LeaderEndpoint: ClientURL(leader.name, c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix()),
 				Reason: fmt.Sprintf("moving leadership from %s to %s before %s is removed", leader.name, v.name, leader.name),
 			}, ReasonMovingLeader)
 		}

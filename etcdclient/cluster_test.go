@@ -1,0 +1,233 @@
+package etcdclient_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/etcdhook/etcd-hook/etcdclient"
+	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/sync"
+)
+
+// These tests run the adapter against real etcd processes on loopback:
+// the behaviour that matters (errors, learners, quorum) is etcd's own.
+
+var versions = []string{etcdtest.Version35, etcdtest.Version36}
+
+func dial(t *testing.T, key string, endpoints []string) etcdclient.Cluster {
+	t.Helper()
+	pool := etcdclient.NewPool()
+	t.Cleanup(pool.Close)
+	c, err := pool.Cluster(key, endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func readMembership(t *testing.T, c etcdclient.Cluster) *sync.Membership {
+	t.Helper()
+	ms, err := c.Membership(context.Background())
+	if err != nil {
+		t.Fatalf("Membership: %v", err)
+	}
+	return ms
+}
+
+type memberSummary struct {
+	Name      string
+	Learner   bool
+	Reachable bool
+	Version   string
+}
+
+func summarize(ms *sync.Membership) []memberSummary {
+	var out []memberSummary
+	for _, m := range ms.Members {
+		out = append(out, memberSummary{m.Name, m.IsLearner, m.Reachable, m.Version})
+	}
+	slices.SortFunc(out, func(a, b memberSummary) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+func TestMembershipSingleAndThree(t *testing.T) {
+	for _, version := range versions {
+		for _, size := range []int{1, 3} {
+			t.Run(version+"/"+string(rune('0'+size)), func(t *testing.T) {
+				t.Parallel()
+				ec := etcdtest.StartCluster(t, etcdtest.Options{Size: size, Version: version})
+				ms := readMembership(t, dial(t, "test/"+t.Name(), ec.Endpoints()))
+				var want []memberSummary
+				for _, m := range ec.Members {
+					want = append(want, memberSummary{m.Name, false, true, version})
+				}
+				slices.SortFunc(want, func(a, b memberSummary) int {
+					if a.Name < b.Name {
+						return -1
+					}
+					return 1
+				})
+				if diff := cmp.Diff(want, summarize(ms)); diff != "" {
+					t.Errorf("membership (-want +got):\n%s", diff)
+				}
+				if ms.LeaderID == 0 || ms.Stale {
+					t.Errorf("LeaderID %x, Stale %v; want a leader from a linearizable read", ms.LeaderID, ms.Stale)
+				}
+				if !sync.HasQuorum(ms) {
+					t.Error("a healthy cluster has no quorum by the planner's rules")
+				}
+			})
+		}
+	}
+}
+
+// TestLearnerLifecycle adds a learner, starts it, promotes it once caught
+// up, and removes a member, each through Apply and each checked against
+// etcd's own member list.
+func TestLearnerLifecycle(t *testing.T) {
+	for _, version := range versions {
+		t.Run(version, func(t *testing.T) {
+			t.Parallel()
+			ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 1, Version: version})
+			c := dial(t, "test/"+t.Name(), ec.Endpoints())
+			ctx := context.Background()
+			leader := ec.Members[0].ClientURL
+
+			peerURL := etcdtest.FreeURL(t)
+			members, err := c.Apply(ctx, sync.Action{Type: sync.ActionAddMember, Name: "learner", PeerURL: peerURL, AsLearner: true, LeaderEndpoint: leader})
+			if err != nil {
+				t.Fatalf("add learner: %v", err)
+			}
+			added := find(members, peerURL)
+			if added == nil || !added.IsLearner || added.Name != "" {
+				t.Fatalf("after add, want an unstarted learner at %s, got %+v", peerURL, members)
+			}
+			// Adding the same peer URL again, as a retried sync would, is
+			// not an error and adds nothing.
+			again, err := c.Apply(ctx, sync.Action{Type: sync.ActionAddMember, Name: "learner", PeerURL: peerURL, AsLearner: true, LeaderEndpoint: leader})
+			if err != nil || len(again) != 2 {
+				t.Fatalf("repeated add: %v, %d members; want no error and 2 members", err, len(again))
+			}
+
+			learner := etcdtest.StartMember(t, etcdtest.MemberOptions{
+				Name: "learner", Version: version, InitialCluster: ec.InitialClusterWith("learner", peerURL),
+			})
+			ec.Members = append(ec.Members, learner)
+			c = dial(t, "test/"+t.Name()+"/2", ec.Endpoints())
+			var ms *sync.Membership
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				ms = readMembership(t, c)
+				if l := find(ms.Members, peerURL); l != nil && l.Reachable && l.RaftIndex > 0 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if l := find(ms.Members, peerURL); l == nil || !l.Reachable || l.Name != "learner" {
+				t.Fatalf("started learner not observed: %+v", ms.Members)
+			}
+
+			var promoted []sync.Member
+			for range 50 {
+				promoted, err = c.Apply(ctx, sync.Action{Type: sync.ActionPromoteMember, MemberID: added.ID, LeaderEndpoint: leader})
+				if err == nil {
+					break
+				}
+				if !errorsIs(err, etcdclient.ErrNotReady) {
+					t.Fatalf("promote: %v", err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if p := find(promoted, peerURL); p == nil || p.IsLearner {
+				t.Fatalf("after promote, want a voter at %s, got %+v (last error %v)", peerURL, promoted, err)
+			}
+
+			// etcd refuses to remove a member until its peers have been
+			// connected for its health interval (5 s): not ready, not failed.
+			var remaining []sync.Member
+			for range 40 {
+				remaining, err = c.Apply(ctx, sync.Action{Type: sync.ActionRemoveMember, MemberID: added.ID, LeaderEndpoint: leader})
+				if !errorsIs(err, etcdclient.ErrNotReady) {
+					break
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+			if err != nil || len(remaining) != 1 {
+				t.Fatalf("remove: %v, members %+v", err, remaining)
+			}
+			if _, err := c.Apply(ctx, sync.Action{Type: sync.ActionRemoveMember, MemberID: added.ID, LeaderEndpoint: leader}); err != nil {
+				t.Errorf("removing a member that is already gone must read back the list, got %v", err)
+			}
+		})
+	}
+}
+
+func TestMoveLeader(t *testing.T) {
+	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 3})
+	c := dial(t, "test/move", ec.Endpoints())
+	ms := readMembership(t, c)
+	var leaderEndpoint string
+	var target uint64
+	for i, m := range ms.Members {
+		if m.ID == ms.LeaderID {
+			leaderEndpoint = m.ClientURLs[0]
+		} else if target == 0 {
+			target = ms.Members[i].ID
+		}
+	}
+	if _, err := c.Apply(context.Background(), sync.Action{Type: sync.ActionMoveLeader, MemberID: target, LeaderID: ms.LeaderID, LeaderEndpoint: leaderEndpoint}); err != nil {
+		t.Fatalf("move leader: %v", err)
+	}
+	if after := readMembership(t, c); after.LeaderID != target {
+		t.Errorf("leader after move = %x, want %x", after.LeaderID, target)
+	}
+}
+
+// TestQuorumLossIsReportedStale stops two of three members: the list can
+// no longer be read linearizably, so the survivor's own view comes back,
+// marked stale, within the observation budget.
+func TestQuorumLossIsReportedStale(t *testing.T) {
+	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 3})
+	c := dial(t, "test/quorum", ec.Endpoints())
+	ec.Stop(1)
+	ec.Stop(2)
+	start := time.Now()
+	ms := readMembership(t, c)
+	took := time.Since(start)
+	if !ms.Stale || sync.HasQuorum(ms) || len(ms.Members) != 3 {
+		t.Errorf("want a stale list of 3 without quorum, got stale=%v quorum=%v members=%d", ms.Stale, sync.HasQuorum(ms), len(ms.Members))
+	}
+	if limit := etcdclient.ObserveTimeout + etcdclient.CallTimeout; took > limit {
+		t.Errorf("observation took %v, beyond its bound %v", took, limit)
+	}
+}
+
+func TestUnreachableIsBounded(t *testing.T) {
+	// A loopback port with nothing listening, and a name that never resolves.
+	c := dial(t, "test/unreachable", []string{etcdtest.FreeURL(t), "http://nowhere.invalid:2379"})
+	start := time.Now()
+	if _, err := c.Membership(context.Background()); err == nil {
+		t.Fatal("want an error from unreachable endpoints")
+	}
+	if took := time.Since(start); took > etcdclient.ObserveTimeout+time.Second {
+		t.Errorf("unreachable observation took %v", took)
+	}
+}
+
+func find(members []sync.Member, peerURL string) *sync.Member {
+	for i := range members {
+		if slices.Contains(members[i].PeerURLs, peerURL) {
+			return &members[i]
+		}
+	}
+	return nil
+}
