@@ -40,19 +40,25 @@ type nopRecorder struct{}
 func (nopRecorder) MembershipAction(sync.ActionType, string) {}
 
 func testServer(t *testing.T) *httptest.Server {
-	r := &reconcile.Reconciler{
-		Dialer:   noEtcd{t},
-		Recorder: nopRecorder{},
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now:      func() time.Time { return time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC) },
-		Random:   bytes.NewReader(bytes.Repeat([]byte{7}, 1024)),
-	}
+	r := newReconciler(t)
 	mux := http.NewServeMux()
 	mux.Handle("/sync", hooks.SyncHandler(r))
 	mux.Handle("/finalize", hooks.FinalizeHandler(r))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// newReconciler is the real reconciler with a fixed clock and name source,
+// and no etcd: golden answers are then byte-for-byte stable.
+func newReconciler(t *testing.T) *reconcile.Reconciler {
+	return &reconcile.Reconciler{
+		Dialer:   noEtcd{t},
+		Recorder: nopRecorder{},
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now:      func() time.Time { return time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC) },
+		Random:   bytes.NewReader(bytes.Repeat([]byte{7}, 1<<16)),
+	}
 }
 
 func fixture(t *testing.T, name string) []byte {

@@ -1,0 +1,146 @@
+package sync
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// scenario turns fuzz bytes into an observation: each byte decides one
+// more thing about the cluster, so every prefix is a valid scenario.
+func scenario(data []byte) *Observed {
+	next := func() byte {
+		if len(data) == 0 {
+			return 0
+		}
+		b := data[0]
+		data = data[1:]
+		return b
+	}
+	size := int(next()%9) - 1 // -1 .. 7, including invalid sizes
+	c := newCluster(size, []string{"3.6.16", "3.5.35", "3.3.25", "3.2.13"}[next()%4])
+	if size < 1 {
+		c.Spec.Size = size
+	}
+	o := observed(c)
+	if size < 1 {
+		o.SpecErrors = field.ErrorList{field.Invalid(field.NewPath("spec", "size"), size, "out of range")}
+	}
+	flags := next()
+	c.Spec.Paused = flags&1 != 0
+	if flags&2 != 0 {
+		c.Status.Phase = "Running"
+		c.Status.Size = 3
+	}
+	nMembers := int(next() % 8)
+	if flags&4 != 0 {
+		o.Membership = &Membership{Stale: flags&8 != 0}
+	}
+	for i := range nMembers {
+		bits := next()
+		n := name(i)
+		m := member(uint64(i+1), n)
+		if bits&1 != 0 {
+			m.IsLearner = true
+			m.RaftIndex = uint64(next())
+		}
+		if bits&2 != 0 {
+			m.Name = "" // added, not started
+		}
+		if bits&4 != 0 {
+			m = down(m)
+		}
+		if o.Membership != nil && bits&8 == 0 {
+			o.Membership.Members = append(o.Membership.Members, m)
+		}
+		switch (bits >> 4) % 4 {
+		case 0: // no Pod
+		case 1:
+			o.Pods[n] = readyPod(n)
+		case 2:
+			o.Pods[n] = memberPod(n, corev1.PodPending, false)
+		case 3:
+			o.Pods[n] = memberPod(n, corev1.PodFailed, false)
+		}
+	}
+	if o.Membership != nil && len(o.Membership.Members) > 0 {
+		o.Membership.LeaderID = o.Membership.Members[int(next())%len(o.Membership.Members)].ID
+	}
+	return o
+}
+
+// FuzzPlan checks the planner's safety invariants on arbitrary clusters.
+func FuzzPlan(f *testing.F) {
+	f.Add([]byte{4, 0, 6, 3, 0x10, 0x10, 0x10})
+	f.Add([]byte{6, 1, 6, 3, 0x10, 0x10, 0x14, 1})
+	f.Add([]byte{2, 0, 6, 3, 0x10, 0x11, 50, 0})
+	f.Add([]byte{0, 0, 6, 3, 0x10, 0x10, 0x10})
+	f.Add([]byte{4, 2, 14, 3, 0x10, 0x14, 0x14})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		o := scenario(data)
+		before := fmt.Sprint(o.Membership)
+		d := Plan(o)
+		if fmt.Sprint(o.Membership) != before {
+			t.Fatal("Plan modified its input membership")
+		}
+		inAnswer := map[string]bool{}
+		for _, c := range d.Children {
+			if c.Kind == KindPod {
+				inAnswer[c.Name] = true
+			}
+		}
+
+		// An invalid spec, a pause, or a membership that cannot be read
+		// keeps every observed Pod exactly as it was last applied.
+		frozen := len(o.SpecErrors) > 0 || o.Cluster.Spec.Paused
+		if frozen || o.Membership == nil || o.Membership.Stale {
+			for name, pod := range o.Pods {
+				if !inAnswer[name] {
+					t.Fatalf("Pod %s dropped without a linearizable membership (frozen=%v)", name, frozen)
+				}
+				if frozen && !keptAsApplied(d.Children, name, pod) {
+					t.Fatalf("frozen cluster changed Pod %s", name)
+				}
+			}
+			if d.Action != nil {
+				t.Fatalf("action %s without a linearizable membership or on a frozen cluster", d.Action)
+			}
+			return
+		}
+
+		// A member's Pod on an emptyDir is its data: it never leaves the
+		// answer while the member is in the membership.
+		for _, m := range o.Membership.Members {
+			n := MemberName(m, o.Cluster.Name)
+			if pod, ok := o.Pods[n]; ok && !podUsesClaim(pod) && !inAnswer[n] {
+				t.Fatalf("member %s's Pod dropped before its removal", n)
+			}
+		}
+		if d.Action == nil {
+			return
+		}
+		if !HasQuorum(o.Membership) {
+			t.Fatalf("action %s without quorum", d.Action)
+		}
+		if d.Action.Type == ActionRemoveMember && !CanRemove(o.Membership, d.Action.MemberID) {
+			t.Fatalf("removal of %s would leave the others short of a quorum", d.Action.Name)
+		}
+		if d.Action.Type == ActionAddMember && inAnswer[d.Action.Name] {
+			t.Fatalf("the Pod of %s is in the answer before MemberAdd", d.Action.Name)
+		}
+	})
+}
+
+func keptAsApplied(children []Child, name string, pod *corev1.Pod) bool {
+	for _, c := range children {
+		if c.Kind != KindPod || c.Name != name {
+			continue
+		}
+		raw, ok := c.Object.(json.RawMessage)
+		return ok && string(raw) == pod.Annotations[LastAppliedAnnotation]
+	}
+	return false
+}
