@@ -72,7 +72,9 @@ func FuzzSync(f *testing.F) {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, "/sync", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		hooks.SyncHandler(newReconciler(t)).ServeHTTP(rec, req)
+		r := newReconciler(t)
+		r.Dialer = noEtcd{}
+		hooks.SyncHandler(r).ServeHTTP(rec, req)
 		if rec.Code != http.StatusOK && (rec.Code < 400 || rec.Code >= 500) {
 			t.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
 		}

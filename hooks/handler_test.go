@@ -28,10 +28,14 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 // noEtcd fails the test if a sync tries to reach etcd: every fixture here
 // has no running Pod, so a correct hook never dials.
+// A nil t makes a dial a plain failure, as for fuzzed requests whose Pods
+// may well claim to be running.
 type noEtcd struct{ t *testing.T }
 
 func (d noEtcd) Cluster(key string, endpoints []string) (etcdclient.Cluster, error) {
-	d.t.Errorf("unexpected etcd dial for %s at %v", key, endpoints)
+	if d.t != nil {
+		d.t.Errorf("unexpected etcd dial for %s at %v", key, endpoints)
+	}
 	return nil, errors.New("no etcd in this test")
 }
 
