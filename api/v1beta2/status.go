@@ -56,10 +56,10 @@ type ClusterStatus struct {
 
 	// ReadyMembers counts members.ready, for the printer column.
 	// +optional
-	ReadyMembers int `json:"readyMembers,omitempty"`
+	ReadyMembers int `json:"readyMembers"`
 
 	// +optional
-	Members MembersStatus `json:"members,omitempty"`
+	Members MembersStatus `json:"members,omitzero"`
 
 	// ServiceName is the client Service.
 	// +optional
@@ -97,5 +97,5 @@ type ClusterCondition struct {
 	// LastTransitionTime changes only when Status changes, so that a steady
 	// cluster's status is byte-for-byte stable and causes no sync loop.
 	// +optional
-	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
+	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty,omitzero"`
 }

@@ -9,9 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// MaxClusterNameLength leaves room for the "-xxxxx" suffix of member names,
-// which are DNS labels (hostnames) of at most 63 characters.
-const MaxClusterNameLength = validation.DNS1123LabelMaxLength - 6
+// MaxClusterNameLength leaves room for the longest name derived from it,
+// the client Service "<name>-client", within a 63-character DNS label.
+const MaxClusterNameLength = validation.DNS1035LabelMaxLength - len("-client")
 
 var semverPattern = regexp.MustCompile(`^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
 
@@ -22,6 +22,10 @@ func (c *EtcdCluster) Validate() field.ErrorList {
 	var errs field.ErrorList
 	if n := len(c.Name); n > MaxClusterNameLength {
 		errs = append(errs, field.TooLong(field.NewPath("metadata", "name"), c.Name, MaxClusterNameLength))
+	} else {
+		for _, msg := range validation.IsDNS1035Label(c.Name) {
+			errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), c.Name, msg))
+		}
 	}
 	errs = append(errs, c.Spec.validate(field.NewPath("spec"))...)
 	return errs

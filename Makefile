@@ -1,0 +1,139 @@
+# etcd-hook: an etcd operator as a Metacontroller webhook.
+#
+# Run "make" (or "make help") for the list of targets. "make test" is what CI
+# runs (.ci/run). Every tool used here is built into bin/ by this Makefile, so
+# a fresh machine needs only Go, make and a POSIX shell.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+GO ?= go
+# VCS stamping fails when .git is missing or owned by another user (CI
+# checkouts, containers); nothing here needs it. Added to the GOFLAGS that go
+# would use anyway (environment or "go env -w"), unless they say otherwise.
+ifneq ($(origin GOFLAGS),command line)
+GOFLAGS := $(strip $(shell $(GO) env GOFLAGS))
+ifeq ($(findstring -buildvcs,$(GOFLAGS)),)
+GOFLAGS += -buildvcs=false
+endif
+endif
+export GOFLAGS
+
+BIN_DIR := bin
+HOOK_BIN := $(BIN_DIR)/etcd-hook
+ADDR ?= 127.0.0.1:8080
+IMAGE ?= ghcr.io/etcdhook/etcd-hook:latest
+FUZZTIME ?= 10s
+# The fuzz time "make test" uses: enough to catch regressions on the seeds.
+CI_FUZZTIME ?= 5s
+BENCHTIME ?= 1s
+
+CRD_DIR := manifests/crd
+CRD_PATHS := ./api/...
+
+# Everything but the end-to-end tests, which need built binaries and run long.
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/test/e2e')
+# Go files to format and check, outside bin/ and caches.
+GO_FILES = $(shell find . \( -path ./bin -o -path ./.cache -o -path ./tmp -o -path ./.git \) -prune -o -name '*.go' -print)
+
+include mk/tools.mk
+# mk/etcd.mk defines etcd-bins (pinned etcd server binaries for the tests).
+-include mk/etcd.mk
+ifeq ($(wildcard mk/etcd.mk),)
+.PHONY: etcd-bins
+etcd-bins:
+	@echo "mk/etcd.mk is missing: cannot build the etcd binaries the tests need" >&2; exit 1
+endif
+
+.PHONY: help build run test unit e2e fuzz bench bench-quick manifests verify-manifests fmt vet lint docker-build clean
+
+help: ## list the targets
+	@echo "Usage: make <target> [VAR=value]"
+	@echo
+	@grep -hE '^[a-zA-Z0-9_./-]+:.*## ' $(MAKEFILE_LIST) | \
+		awk 'BEGIN { FS = ":.*## " } { printf "  %-18s %s\n", $$1, $$2 }'
+	@echo
+	@echo "Variables: ADDR=$(ADDR) IMAGE=$(IMAGE) FUZZTIME=$(FUZZTIME) BENCHTIME=$(BENCHTIME)"
+
+build: ## build bin/etcd-hook (static, CGO_ENABLED=0)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(HOOK_BIN) ./server
+
+run: build ## build and run the hook on ADDR (default 127.0.0.1:8080)
+	$(HOOK_BIN) --addr $(ADDR)
+
+# Steps run one after another (even under make -j), each announced, so a
+# failure points at its step.
+test: ## what CI runs: lint, verify-manifests, etcd-bins, unit, e2e, fuzz (short)
+	@echo "==> lint";             $(MAKE) lint
+	@echo "==> verify-manifests"; $(MAKE) verify-manifests
+	@echo "==> etcd-bins";        $(MAKE) etcd-bins
+	@echo "==> unit";             $(MAKE) unit
+	@echo "==> e2e";              $(MAKE) e2e
+	@echo "==> fuzz";             $(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
+	@echo "==> test: all passed"
+
+unit: $(CONTROLLER_GEN) ## unit tests: go test of every package but test/e2e
+	$(GO) test -count=1 $(UNIT_PKGS)
+
+e2e: build etcd-bins ## end-to-end tests (test/e2e)
+	$(GO) test ./test/e2e/... -count=1 -timeout 15m -v
+
+# Runs every Fuzz target of every package for FUZZTIME each. Packages are
+# pre-filtered on "func Fuzz" in their test files so that only those are
+# compiled for -list; test/e2e is left out (its TestMain may set up a world).
+fuzz: ## run each fuzz target for FUZZTIME (default 10s)
+	@found=0; \
+	pkgs=$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' ./...); \
+	while read -r pkg dir; do \
+		case "$$pkg" in ""|*/test/e2e|*/test/e2e/*) continue;; esac; \
+		grep -qs '^func Fuzz' "$$dir"/*_test.go || continue; \
+		list=$$($(GO) test -list '^Fuzz' "$$pkg" </dev/null); \
+		for target in $$(echo "$$list" | grep '^Fuzz' || true); do \
+			found=$$((found + 1)); \
+			echo "--- fuzz $$pkg $$target ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime=$(FUZZTIME) "$$pkg" </dev/null; \
+		done; \
+	done <<< "$$pkgs"; \
+	if [ "$$found" -eq 0 ]; then echo "fuzz: no fuzz targets found"; fi
+
+# Placeholders, to be refined once there are benchmarks worth tracking.
+bench: ## run the benchmarks (BENCHTIME, default 1s)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) $(UNIT_PKGS)
+
+bench-quick: ## run each benchmark once, as a smoke test
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1x $(UNIT_PKGS)
+
+manifests: $(CONTROLLER_GEN) ## regenerate the CRD under manifests/crd from api/
+	$(CONTROLLER_GEN) crd paths=$(CRD_PATHS) output:crd:artifacts:config=$(CRD_DIR)
+
+verify-manifests: $(CONTROLLER_GEN) ## fail when the checked-in CRD differs from api/
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(CONTROLLER_GEN) crd paths=$(CRD_PATHS) output:crd:artifacts:config="$$tmp"; \
+	if ! diff -ru "$(CRD_DIR)" "$$tmp"; then \
+		echo "verify-manifests: $(CRD_DIR) is stale; run 'make manifests' and commit the result" >&2; \
+		exit 1; \
+	fi; \
+	echo "verify-manifests: $(CRD_DIR) is up to date"
+
+fmt: ## gofmt -w every Go file
+	$(if $(GO_FILES),gofmt -w $(GO_FILES),@true)
+
+vet: ## go vet ./...
+	$(GO) vet ./...
+
+lint: $(STATICCHECK) ## gofmt -l (must be empty), go vet, staticcheck
+	@unformatted=$$(gofmt -l $(GO_FILES) </dev/null); \
+	if [ -n "$$unformatted" ]; then \
+		echo "lint: these files need gofmt (run 'make fmt'):" >&2; echo "$$unformatted" >&2; exit 1; \
+	fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+docker-build: ## build the container image IMAGE (docker required)
+	docker build -t $(IMAGE) .
+
+clean: ## remove bin/etcd-hook and the tools (the etcd binaries stay: make etcd-clean)
+	rm -f $(HOOK_BIN) $(HOOK_BIN).tmp
+	rm -f $(TOOLS) $(addsuffix .tmp,$(TOOLS))
