@@ -1,0 +1,107 @@
+// Package harness runs the etcd hook end to end without Kubernetes.
+//
+// The hook is a Metacontroller webhook: on a cluster, Metacontroller POSTs the
+// EtcdCluster parent and its children to it, applies the children it answers
+// with, and the kubelet turns the Pods into etcd processes. The harness plays
+// both roles, faithfully where the hook can tell the difference, so that the
+// real hook binary is tested against real etcd processes, over real HTTP, in
+// seconds, as root on one machine.
+//
+// # Pieces
+//
+//   - APIServer (apiserver.go, validation.go, controllers.go): an in-memory
+//     object store with watch events. It validates and re-serialises the
+//     built-in types through their Go types (unknown and empty fields drop out
+//     as they do on a real API server), enforces Pod spec immutability, keeps
+//     a Service's clusterIP, deletes Pods gracefully, and plays the PV binder
+//     (a PVC is Bound at once), pvc-protection (a PVC in use outlives its
+//     deletion), the garbage collector (ownerReferences, background policy)
+//     and the disruption controller (PDB status).
+//   - Metacontroller (metacontroller.go, apply.go): one CompositeController
+//     with generateSelector, children pods, services, persistentvolumeclaims and
+//     poddisruptionbudgets, a sync and a finalize hook. Requests have the
+//     shape of the captured ones in shared/metacontroller/captured. Only an
+//     HTTP 200 applies anything; otherwise the parent is retried with an
+//     exponential backoff (5 ms doubling, capped at 2 s here instead of
+//     1000 s); a 429 with Retry-After waits without counting as an error.
+//     On a 200: children of declared types missing from the answer are
+//     deleted, the others created or updated by Metacontroller's three-way
+//     merge (last-applied annotation), per update strategy (InPlace, Recreate,
+//     OnDelete which is Metacontroller's default); .status is replaced and
+//     observedGeneration injected; resyncAfterSeconds schedules the next sync.
+//     Any event on the parent (its own status update too) or on a child
+//     triggers a sync, one at a time per parent, at most 5 parents at once.
+//     A deleted parent gets deletionTimestamp (and a new generation) and the
+//     finalize hook is called until it answers finalized: true. Child
+//     operations the API server refuses are recorded as ApplyErrors and fail
+//     the test at Close unless taken with TakeApplyErrors.
+//   - Kubelet (kubelet.go, probes.go, podspec.go): each Pod gets its own
+//     loopback address 127.0.<x>.<y> (the "pod network", never reused in a
+//     run) and each container becomes a process of bin/etcd-v<tag> (see
+//     podspec.go for the translation of image, command, $(VAR), volume paths
+//     and listen URLs). restartPolicy, restart backoff, restartCount, the
+//     readiness, liveness and startup probes (httpGet, tcpSocket), in-place
+//     image changes (the container restarts on the new binary with the same
+//     volumes) and graceful deletion (SIGTERM, SIGKILL after the grace period)
+//     behave as on a node. An image tag without a binary is an image that
+//     cannot be pulled: the Pod stays Pending in ErrImagePull/ImagePullBackOff.
+//     emptyDir volumes live in the Pod directory and go with the Pod; a PVC
+//     maps to a directory that lives as long as the claim. Fault hooks:
+//     KillContainer (kill -9), Pause/Resume (SIGSTOP/SIGCONT), Signal.
+//   - DNSServer (dns.go): the cluster DNS, hand-written on
+//     golang.org/x/net/dns/dnsmessage. <hostname>.<subdomain>.<ns>.svc and
+//     <service>.<ns>.svc (with or without .cluster.local) get A records from
+//     the live Pods; unknown names get NXDOMAIN, AAAA an empty answer.
+//   - The sandbox (mountns.go): Main, called from TestMain, re-executes the
+//     test binary in a private mount namespace, starts the DNS server on
+//     127.53.<a>.<b>:53 and bind-mounts a resolv.conf pointing at it (plus a
+//     hosts file without Pod names and "hosts: files dns") over /etc. The
+//     hook, every etcd and the test process itself therefore resolve Pod
+//     names; the machine's own files are never touched. DNS rather than a
+//     hosts file because Go caches /etc/hosts for 5 s and does not cache DNS.
+//     Processes get GODEBUG=netdns=go so that even a cgo build uses Go's
+//     resolver.
+//   - HookProcess (hookproc.go): bin/etcd-hook --addr 127.0.0.1:<port>,
+//     healthy once GET /healthz answers 200, with Kill (SIGKILL) and Restart
+//     on the same port. FaultProxy (faults.go) sits between Metacontroller and
+//     the hook and can answer a status (e.g. 500), delay or drop requests.
+//   - ProcTable (processes.go): every process is tracked by pid, logs to a
+//     file, has Pdeathsig=SIGKILL as a safety net, and is stopped at Close.
+//
+// # Using it
+//
+//	func TestMain(m *testing.M) { harness.Main(m) }
+//
+//	func TestScaleUp(t *testing.T) {
+//		env := harness.New(t, harness.Options{}) // runs bin/etcd-hook
+//		env.MC.CreateParent("default", "example", map[string]any{"size": 3, "version": "3.6.16"})
+//		...
+//		env.MC.MergePatchParentSpec("default", "example", map[string]any{"size": 5})
+//		env.WaitFor(time.Minute, "5 ready members", func() (bool, string) { ... })
+//	}
+//
+// New skips the test when the sandbox is unavailable (not root, no mount
+// namespaces) and fails it instead when CI=true. Logs (hook.log, one file per
+// container) live under the test's temporary directory, or under
+// $ETCDHOOK_E2E_ARTIFACTS/<test> when set; on failure Close prints the last
+// hook exchanges, kubelet events and the tail of every log.
+// ETCDHOOK_E2E_VERBOSE=1 logs events as they happen.
+//
+// # Time compression and approximations
+//
+// Grace periods are capped at 5 s, probe periods and initial delays at 1 s
+// and probe timeouts at 5 s; container restart backoff is 0 (first restart),
+// then 200 ms doubling to 2 s, reset after 10 s of running; image pulls are
+// retried every second. There is no scheduler, no node, no kube-proxy:
+// ClusterIP Services resolve to their ready endpoints' Pod IPs instead of a
+// virtual IP (no address outside 127/8 is ever dialled), PDB percentages and
+// maxUnavailable are taken against the number of matching Pods, and by
+// default a Pod name resolves as soon as the Pod has an IP (Options.StrictDNS
+// requires a selecting headless Service, and readiness unless it publishes
+// not-ready addresses, as Kubernetes does). Inside a Pod 0.0.0.0 means the
+// Pod's IP, so listen URLs are bound to it; 127.0.0.1 and localhost in listen
+// URLs become a second address private to the Pod. Init containers, exec and
+// gRPC probes, envFrom, secret/configMap/hostPath volumes and commands other
+// than etcd, etcdctl or etcdutl are not supported and show up as Pod events
+// and container errors.
+package harness

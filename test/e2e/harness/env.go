@@ -1,0 +1,369 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Options configures an Env. The zero value runs bin/etcd-hook.
+type Options struct {
+	// HookURL points Metacontroller at a hook that is already running (a
+	// fake in a test) instead of starting the binary.
+	HookURL    string
+	HookBinary string   // [<root>/bin/etcd-hook]
+	HookArgs   []string // after --addr 127.0.0.1:<port>
+	HookEnv    []string
+
+	Controller ControllerConfig // SyncURL and FinalizeURL are filled in
+	Kubelet    KubeletConfig    // Dir is filled in
+
+	// StrictDNS resolves Pod names only through a matching headless
+	// Service, as Kubernetes does (see clusterDNS).
+	StrictDNS bool
+	// Lifetime bounds everything the Env runs [the test deadline, at most 14m].
+	Lifetime time.Duration
+	// TolerateApplyErrors stops Close from failing the test on child
+	// operations the API server refused that the test did not take with
+	// MC.TakeApplyErrors.
+	TolerateApplyErrors bool
+	// Verbose logs kubelet and Metacontroller events as they happen
+	// (also on with ETCDHOOK_E2E_VERBOSE=1). They are printed on failure anyway.
+	Verbose bool
+}
+
+// Env is one emulated cluster: API server, Metacontroller, kubelet, cluster
+// DNS, the hook and a fault proxy in front of it.
+type Env struct {
+	T       testing.TB
+	Dir     string
+	API     *APIServer
+	MC      *Metacontroller
+	Kubelet *Kubelet
+	Proxy   *FaultProxy
+	Hook    *HookProcess // nil when Options.HookURL is used
+	Procs   *ProcTable
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	dnsRemove func()
+	opts      Options
+	closeOnce sync.Once
+	closed    atomic.Bool
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+// New builds and starts an Env; it is closed by t.Cleanup. The test is
+// skipped (failed with CI=true) when the sandbox is not available.
+func New(t testing.TB, opts Options) *Env {
+	t.Helper()
+	Require(t)
+	if opts.HookURL == "" {
+		if opts.HookBinary == "" {
+			d, err := BinDir()
+			if err != nil {
+				t.Fatalf("harness: %v", err)
+			}
+			opts.HookBinary = filepath.Join(d, "etcd-hook")
+		}
+		RequireBinary(t, opts.HookBinary, "make build")
+	}
+	e := &Env{T: t, API: NewAPIServer(), Procs: NewProcTable(), opts: opts}
+	dir, err := testDir(t)
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	e.Dir = dir
+	lifetime := opts.Lifetime
+	if lifetime == 0 {
+		lifetime = 14 * time.Minute
+		if dl, ok := deadline(t); ok && time.Until(dl) < lifetime {
+			lifetime = time.Until(dl)
+		}
+	}
+	e.ctx, e.cancel = context.WithTimeout(context.Background(), lifetime)
+	t.Cleanup(e.Close)
+	if err := e.start(); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	return e
+}
+
+func deadline(t testing.TB) (time.Time, bool) {
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		return d.Deadline()
+	}
+	return time.Time{}, false
+}
+
+// testDir is a temp dir, or a kept directory under ETCDHOOK_E2E_ARTIFACTS
+// (e.g. test/e2e/artifacts, ignored by git) for CI to collect.
+func testDir(t testing.TB) (string, error) {
+	base := os.Getenv("ETCDHOOK_E2E_ARTIFACTS")
+	if base == "" {
+		return t.TempDir(), nil
+	}
+	d := filepath.Join(base, unsafeName.ReplaceAllString(t.Name(), "_"))
+	if err := os.RemoveAll(d); err != nil {
+		return "", fmt.Errorf("artifacts dir: %w", err)
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return "", fmt.Errorf("artifacts dir: %w", err)
+	}
+	return d, nil
+}
+
+func (e *Env) logf(format string, args ...any) {
+	if e.closed.Load() {
+		return
+	}
+	e.T.Logf(format, args...)
+}
+
+func (e *Env) start() error {
+	verbose := e.opts.Verbose || os.Getenv("ETCDHOOK_E2E_VERBOSE") == "1"
+	if dns := SandboxDNS(); dns != nil {
+		e.dnsRemove = dns.AddSource(clusterDNS(e.API, e.opts.StrictDNS))
+	}
+	if err := os.MkdirAll(filepath.Join(e.Dir, "logs"), 0o755); err != nil {
+		return fmt.Errorf("logs dir: %w", err)
+	}
+	hookURL := e.opts.HookURL
+	if hookURL == "" {
+		h, err := NewHookProcess(e.Procs, e.opts.HookBinary, filepath.Join(e.Dir, "logs", "hook.log"), e.opts.HookArgs, e.opts.HookEnv)
+		if err != nil {
+			return err
+		}
+		e.Hook = h
+		if err := h.Start(e.ctx); err != nil {
+			return err
+		}
+		hookURL = h.URL()
+	}
+	proxy, err := StartFaultProxy(hookURL)
+	if err != nil {
+		return err
+	}
+	e.Proxy = proxy
+	cc := e.opts.Controller
+	cc.SyncURL, cc.FinalizeURL = proxy.URL()+"/sync", proxy.URL()+"/finalize"
+	if verbose && cc.Logf == nil {
+		cc.Logf = e.logf
+	}
+	mc, err := NewMetacontroller(e.API, cc)
+	if err != nil {
+		return err
+	}
+	e.MC = mc
+	kc := e.opts.Kubelet
+	kc.Dir = filepath.Join(e.Dir, "cluster")
+	if verbose && kc.Logf == nil {
+		kc.Logf = e.logf
+	}
+	k, err := NewKubelet(e.API, e.Procs, NewIPAllocator(), kc)
+	if err != nil {
+		return err
+	}
+	e.Kubelet = k
+	k.Start(e.ctx)
+	mc.Start(e.ctx)
+	return nil
+}
+
+// Close stops everything the Env started, in dependency order, and checks
+// that no process survived. On failure it prints what helps debugging.
+func (e *Env) Close() {
+	e.closeOnce.Do(e.close)
+}
+
+func (e *Env) close() {
+	t := e.T
+	if e.MC != nil {
+		e.MC.Stop()
+	}
+	if e.Hook != nil {
+		e.Hook.Stop(2 * time.Second)
+	}
+	if e.Kubelet != nil {
+		e.Kubelet.Stop(2 * time.Second)
+	}
+	e.Procs.StopAll(time.Second)
+	if e.Proxy != nil {
+		_ = e.Proxy.Close()
+	}
+	if e.dnsRemove != nil {
+		e.dnsRemove()
+	}
+	e.cancel()
+	if live := e.Procs.Live(); len(live) > 0 {
+		t.Errorf("harness: %d processes still running after Close", len(live))
+	}
+	if e.MC != nil && !e.opts.TolerateApplyErrors {
+		if errs := e.MC.untakenApplyErrors(); len(errs) > 0 {
+			var b strings.Builder
+			for _, ae := range errs {
+				fmt.Fprintf(&b, "\n  %v", ae)
+			}
+			t.Errorf("harness: the API server refused %d child operations (take expected ones with MC.TakeApplyErrors):%s", len(errs), b.String())
+		}
+	}
+	if t.Failed() {
+		e.dump()
+	}
+	e.closed.Store(true)
+}
+
+// dump prints the last hook exchanges, kubelet events and log tails.
+func (e *Env) dump() {
+	t := e.T
+	var b strings.Builder
+	if e.MC != nil {
+		recs := e.MC.Records("", "")
+		if len(recs) > 40 {
+			recs = recs[len(recs)-40:]
+		}
+		b.WriteString("=== last hook exchanges\n")
+		for _, r := range recs {
+			b.WriteString(describeRecord(r) + "\n")
+		}
+		fmt.Fprintf(&b, "=== metrics: %+v\n", e.MC.Metrics("", ""))
+	}
+	if e.Kubelet != nil {
+		ev := e.Kubelet.Events()
+		if len(ev) > 80 {
+			ev = ev[len(ev)-80:]
+		}
+		b.WriteString("=== kubelet events\n" + strings.Join(ev, "\n") + "\n")
+	}
+	var logs []string
+	_ = filepath.WalkDir(e.Dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".log") && strings.Contains(p, string(filepath.Separator)+"logs"+string(filepath.Separator)) {
+			logs = append(logs, p)
+		}
+		return nil
+	})
+	sort.Strings(logs)
+	for _, p := range logs {
+		tail, err := tailFile(p, 40)
+		if err != nil {
+			tail = err.Error()
+		}
+		fmt.Fprintf(&b, "=== tail of %s\n%s\n", p, tail)
+	}
+	t.Log("\n" + b.String())
+}
+
+// Ctx is cancelled when the Env closes or its lifetime ends.
+func (e *Env) Ctx() context.Context { return e.ctx }
+
+// WaitFor polls cond every 50 ms until it holds, the timeout passes or the
+// Env ends. cond's string explains the current state for the error.
+func (e *Env) WaitFor(timeout time.Duration, what string, cond func() (bool, string)) error {
+	ctx, cancel := context.WithTimeout(e.ctx, timeout)
+	defer cancel()
+	last := ""
+	for {
+		ok, detail := cond()
+		if ok {
+			return nil
+		}
+		last = detail
+		if !sleepCtx(ctx, 50*time.Millisecond) {
+			return fmt.Errorf("waiting %s for %s: %w (last: %s)", timeout, what, ctx.Err(), last)
+		}
+	}
+}
+
+// Pod returns a Pod.
+func (e *Env) Pod(namespace, name string) (Object, bool) {
+	return e.API.Get(Ref{Type: TypePod, Namespace: namespace, Name: name})
+}
+
+// DeletePod deletes a Pod as a user would (graceful).
+func (e *Env) DeletePod(namespace, name string) error {
+	return e.API.Delete(Ref{Type: TypePod, Namespace: namespace, Name: name}, "")
+}
+
+// IsPodReady reads the Pod's Ready condition.
+func IsPodReady(pod Object) bool { return podReady(pod) }
+
+// PodSummary is a one-line view of a Pod for error messages.
+func PodSummary(pod Object) string {
+	if pod == nil {
+		return "<none>"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s phase=%s ip=%s ready=%v", nestedString(pod, "metadata", "name"),
+		nestedString(pod, "status", "phase"), nestedString(pod, "status", "podIP"), podReady(pod))
+	if isTerminating(pod) {
+		b.WriteString(" terminating")
+	}
+	cs, _ := nested(pod, "status", "containerStatuses")
+	list, _ := cs.([]any)
+	for _, c := range list {
+		state := nestedMap(c, "state")
+		for _, k := range sortedKeys(state) {
+			fmt.Fprintf(&b, " [%s %s %s restarts=%v]", nestedString(c, "name"), k, nestedString(state, k, "reason"), nestedMapValue(c, "restartCount"))
+		}
+	}
+	return b.String()
+}
+
+func nestedMapValue(obj any, path ...string) any {
+	v, _ := nested(obj, path...)
+	return v
+}
+
+// WaitPodReady waits until the Pod exists and is Ready.
+func (e *Env) WaitPodReady(namespace, name string, timeout time.Duration) (Object, error) {
+	var pod Object
+	err := e.WaitFor(timeout, "pod "+namespace+"/"+name+" Ready", func() (bool, string) {
+		p, ok := e.Pod(namespace, name)
+		pod = p
+		if !ok {
+			return false, "pod does not exist"
+		}
+		return podReady(p) && !isTerminating(p), PodSummary(p)
+	})
+	return pod, err
+}
+
+// WaitPodGone waits until the Pod has left the store.
+func (e *Env) WaitPodGone(namespace, name string, timeout time.Duration) error {
+	return e.WaitFor(timeout, "pod "+namespace+"/"+name+" gone", func() (bool, string) {
+		p, ok := e.Pod(namespace, name)
+		return !ok, PodSummary(p)
+	})
+}
+
+// DeleteParentAndWait deletes the parent and waits until the finalize hook
+// has released it and it is gone.
+func (e *Env) DeleteParentAndWait(namespace, name string, timeout time.Duration) error {
+	if err := e.MC.DeleteParent(namespace, name); err != nil {
+		return err
+	}
+	return e.WaitFor(timeout, "parent "+namespace+"/"+name+" gone", func() (bool, string) {
+		p, ok := e.MC.Parent(namespace, name)
+		return !ok, fmt.Sprintf("finalizers %v, status %v", finalizersOf(p), nestedMap(p, "status"))
+	})
+}
+
+// Resolve looks a name up the way every process in the sandbox does.
+func (e *Env) Resolve(ctx context.Context, host string) ([]string, error) {
+	addrs, err := net.DefaultResolver.LookupHost(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", host, err)
+	}
+	sort.Strings(addrs)
+	return addrs, nil
+}

@@ -1,0 +1,871 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ChildType is one entry of the CompositeController's childResources.
+type ChildType struct {
+	APIVersion string // "v1", "policy/v1"
+	Kind       string // "Pod"
+	Resource   string // "pods"
+	// UpdateMethod is InPlace, Recreate or OnDelete. Empty means OnDelete, as
+	// in Metacontroller: existing children are then never updated.
+	UpdateMethod string
+}
+
+// Key is the children map key of the type: Kind.apiVersion.
+func (c ChildType) Key() string { return c.Kind + "." + c.APIVersion }
+
+// DefaultChildTypes are the child types of
+// manifests/metacontroller/compositecontroller.yaml, with its update
+// strategies; keep them in line.
+func DefaultChildTypes() []ChildType {
+	return []ChildType{
+		{APIVersion: "v1", Kind: "Pod", Resource: "pods", UpdateMethod: "InPlace"},
+		{APIVersion: "v1", Kind: "Service", Resource: "services", UpdateMethod: "InPlace"},
+		{APIVersion: "v1", Kind: "PersistentVolumeClaim", Resource: "persistentvolumeclaims", UpdateMethod: "OnDelete"},
+		{APIVersion: "policy/v1", Kind: "PodDisruptionBudget", Resource: "poddisruptionbudgets", UpdateMethod: "InPlace"},
+	}
+}
+
+// ControllerConfig configures the Metacontroller emulator. Zero values take
+// the defaults in brackets.
+type ControllerConfig struct {
+	Name        string // CompositeController name; the finalizer is metacontroller.io/compositecontroller-<Name> [etcd-hook]
+	SyncURL     string // required
+	FinalizeURL string // required
+	// Timeout of one hook call (Metacontroller's default is 10 s) [10s].
+	Timeout time.Duration
+	// ResyncPeriod is resyncPeriodSeconds: every parent is synced at least
+	// this often. Negative means never (only events and resyncAfterSeconds)
+	// [60s, as in manifests/metacontroller/compositecontroller.yaml].
+	ResyncPeriod time.Duration
+	// Retry backoff after a failed sync: Metacontroller doubles 5 ms up to
+	// 1000 s; the cap is lowered for tests [5ms, 2s].
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// Workers bounds concurrent syncs across parents, as Metacontroller's
+	// worker pool does [5].
+	Workers    int
+	ChildTypes []ChildType // [DefaultChildTypes()]
+	// RecordLimit is how many hook exchanges are kept [500].
+	RecordLimit int
+	Logf        func(format string, args ...any)
+}
+
+func (c *ControllerConfig) defaults() {
+	if c.Name == "" {
+		c.Name = "etcd-hook"
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.ResyncPeriod == 0 {
+		c.ResyncPeriod = 60 * time.Second
+	}
+	if c.BackoffBase == 0 {
+		c.BackoffBase = 5 * time.Millisecond
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = 2 * time.Second
+	}
+	if c.Workers == 0 {
+		c.Workers = 5
+	}
+	if c.ChildTypes == nil {
+		c.ChildTypes = DefaultChildTypes()
+	}
+	if c.RecordLimit == 0 {
+		c.RecordLimit = 500
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+}
+
+// Metrics counts what happened to one parent (or all of them).
+type Metrics struct {
+	Syncs         int // /sync calls made
+	Finalizes     int // /finalize calls made
+	HookErrors    int // calls that applied nothing: transport error, timeout, non-200, bad JSON, invalid answer
+	ApplyErrors   int // child operations the API server refused, after a 200
+	ChildCreates  int
+	ChildUpdates  int
+	ChildDeletes  int
+	StatusUpdates int
+}
+
+func (m *Metrics) add(o Metrics) {
+	m.Syncs += o.Syncs
+	m.Finalizes += o.Finalizes
+	m.HookErrors += o.HookErrors
+	m.ApplyErrors += o.ApplyErrors
+	m.ChildCreates += o.ChildCreates
+	m.ChildUpdates += o.ChildUpdates
+	m.ChildDeletes += o.ChildDeletes
+	m.StatusUpdates += o.StatusUpdates
+}
+
+// SyncRecord is one hook exchange.
+type SyncRecord struct {
+	Parent      string // namespace/name
+	Finalizing  bool
+	Start       time.Time
+	Duration    time.Duration
+	HTTPStatus  int // 0 when no answer came
+	Err         error
+	Request     []byte
+	Response    []byte
+	ResyncAfter float64
+	Finalized   bool
+}
+
+// ApplyError is a child operation that failed after the hook answered 200,
+// e.g. a Pod update that changes an immutable field.
+type ApplyError struct {
+	Time   time.Time
+	Parent string
+	Child  Ref
+	Op     string // create, update, delete
+	Err    error
+}
+
+func (e ApplyError) Error() string {
+	return fmt.Sprintf("%s %s %s (parent %s): %v", e.Time.Format("15:04:05.000"), e.Op, e.Child, e.Parent, e.Err)
+}
+
+// Metacontroller emulates one CompositeController over EtcdCluster parents.
+type Metacontroller struct {
+	cfg    ControllerConfig
+	api    *APIServer
+	client *http.Client
+	ctrl   Object
+	types  map[string]ChildType
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	sem    chan struct{}
+	unsub  func()
+
+	mu        sync.Mutex
+	workers   map[string]*parentWorker // by namespace/name
+	metrics   map[string]*Metrics
+	records   []SyncRecord
+	applyErrs []ApplyError
+	taken     int // applyErrs[:taken] were handed to the test
+}
+
+// NewMetacontroller creates the emulator; Start makes it run.
+func NewMetacontroller(api *APIServer, cfg ControllerConfig) (*Metacontroller, error) {
+	cfg.defaults()
+	if cfg.SyncURL == "" || cfg.FinalizeURL == "" {
+		return nil, errors.New("metacontroller: SyncURL and FinalizeURL are required")
+	}
+	mc := &Metacontroller{
+		cfg: cfg, api: api,
+		client:  &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: cfg.Workers}},
+		types:   map[string]ChildType{},
+		sem:     make(chan struct{}, cfg.Workers),
+		workers: map[string]*parentWorker{}, metrics: map[string]*Metrics{},
+	}
+	var childResources []any
+	for _, t := range cfg.ChildTypes {
+		mc.types[t.Key()] = t
+		method := t.UpdateMethod
+		if method == "" {
+			method = "OnDelete"
+		}
+		childResources = append(childResources, map[string]any{
+			"apiVersion": t.APIVersion, "resource": t.Resource,
+			"updateStrategy": map[string]any{"method": method},
+		})
+	}
+	spec := map[string]any{
+		"generateSelector": true,
+		"parentResource":   map[string]any{"apiVersion": "etcd.database.coreos.com/v1beta2", "resource": "etcdclusters"},
+		"childResources":   childResources,
+		"hooks": map[string]any{
+			"sync":     map[string]any{"version": "v1", "webhook": map[string]any{"url": cfg.SyncURL, "timeout": cfg.Timeout.String()}},
+			"finalize": map[string]any{"version": "v1", "webhook": map[string]any{"url": cfg.FinalizeURL, "timeout": cfg.Timeout.String()}},
+		},
+	}
+	if cfg.ResyncPeriod > 0 {
+		spec["resyncPeriodSeconds"] = cfg.ResyncPeriod.Seconds()
+	}
+	ctrl, err := normalize(map[string]any{
+		"apiVersion": "metacontroller.k8s.io/v1alpha1",
+		"kind":       "CompositeController",
+		"metadata":   map[string]any{"name": cfg.Name, "uid": newUID(), "generation": 1, "resourceVersion": "1"},
+		"spec":       spec,
+		"status":     map[string]any{},
+	})
+	if err != nil {
+		return nil, err
+	}
+	mc.ctrl = ctrl
+	return mc, nil
+}
+
+// Finalizer is the finalizer this controller puts on parents.
+func (mc *Metacontroller) Finalizer() string {
+	return "metacontroller.io/compositecontroller-" + mc.cfg.Name
+}
+
+// Start begins watching parents and children.
+func (mc *Metacontroller) Start(ctx context.Context) {
+	mc.ctx, mc.cancel = context.WithCancel(ctx)
+	mc.unsub = mc.api.Subscribe(mc.onEvent)
+	for _, p := range mc.api.List(TypeEtcdCluster, "") {
+		mc.enqueue(RefOf(p))
+	}
+}
+
+// Stop ends all workers; an in-flight hook call is cancelled.
+func (mc *Metacontroller) Stop() {
+	if mc.unsub != nil {
+		mc.unsub()
+	}
+	if mc.cancel != nil {
+		mc.cancel()
+	}
+	mc.wg.Wait()
+	mc.client.CloseIdleConnections()
+}
+
+func (mc *Metacontroller) onEvent(ev Event) {
+	if ev.Ref.Type == TypeEtcdCluster {
+		if ev.Type != Deleted {
+			mc.enqueue(ev.Ref)
+		}
+		return
+	}
+	if _, ok := mc.types[ev.Ref.Type]; !ok {
+		return
+	}
+	refs, _ := nested(ev.Object, "metadata", "ownerReferences")
+	list, _ := refs.([]any)
+	for _, r := range list {
+		m, _ := r.(map[string]any)
+		if c, _ := m["controller"].(bool); c && m["kind"] == "EtcdCluster" {
+			name, _ := m["name"].(string)
+			mc.enqueue(Ref{Type: TypeEtcdCluster, Namespace: ev.Ref.Namespace, Name: name})
+		}
+	}
+}
+
+func parentKey(ref Ref) string { return ref.Namespace + "/" + ref.Name }
+
+// enqueue asks for a sync of the parent, creating its worker. Workers are
+// keyed by namespace/name like Metacontroller's queue, so that a parent
+// deleted and re-created under the same name is still never synced twice at
+// once. They live until Stop.
+func (mc *Metacontroller) enqueue(ref Ref) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.ctx == nil || mc.ctx.Err() != nil {
+		return
+	}
+	key := parentKey(ref)
+	w, ok := mc.workers[key]
+	if !ok {
+		w = &parentWorker{mc: mc, ref: ref, dirty: make(chan struct{}, 1), resched: make(chan struct{}, 1)}
+		mc.workers[key] = w
+		mc.wg.Add(1)
+		go w.run()
+	}
+	w.poke()
+}
+
+// Enqueue forces a sync of a parent, as any watch event would.
+func (mc *Metacontroller) Enqueue(namespace, name string) {
+	mc.enqueue(Ref{Type: TypeEtcdCluster, Namespace: namespace, Name: name})
+}
+
+type parentWorker struct {
+	mc      *Metacontroller
+	ref     Ref
+	dirty   chan struct{}
+	resched chan struct{}
+
+	mu       sync.Mutex
+	nextAt   time.Time
+	failures int
+}
+
+func (w *parentWorker) poke() {
+	select {
+	case w.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// requeueAfter schedules a sync; the earliest pending time wins, as in
+// client-go's delaying queue.
+func (w *parentWorker) requeueAfter(d time.Duration) {
+	w.mu.Lock()
+	t := time.Now().Add(d)
+	if w.nextAt.IsZero() || t.Before(w.nextAt) {
+		w.nextAt = t
+	}
+	w.mu.Unlock()
+	select {
+	case w.resched <- struct{}{}:
+	default:
+	}
+}
+
+func (w *parentWorker) run() {
+	defer w.mc.wg.Done()
+	ctx := w.mc.ctx
+	for {
+		w.mu.Lock()
+		next := w.nextAt
+		w.mu.Unlock()
+		var timer <-chan time.Time
+		var t *time.Timer
+		if !next.IsZero() {
+			t = time.NewTimer(time.Until(next))
+			timer = t.C
+		}
+		fired, resched := false, false
+		select {
+		case <-ctx.Done():
+		case <-w.resched:
+			resched = true
+		case <-w.dirty:
+		case <-timer:
+			fired = true
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if resched {
+			continue
+		}
+		if fired {
+			w.mu.Lock()
+			if !w.nextAt.After(time.Now()) {
+				w.nextAt = time.Time{}
+			}
+			w.mu.Unlock()
+		}
+		select {
+		case w.mc.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		err := w.mc.syncParent(ctx, w)
+		<-w.mc.sem
+		if ctx.Err() != nil {
+			return
+		}
+		var ra retryAfterError
+		switch {
+		case errors.As(err, &ra):
+			w.requeueAfter(ra.after)
+		case err != nil:
+			w.mu.Lock()
+			d := w.mc.cfg.BackoffBase << min(w.failures, 30)
+			if d > w.mc.cfg.BackoffMax || d <= 0 {
+				d = w.mc.cfg.BackoffMax
+			}
+			w.failures++
+			w.mu.Unlock()
+			w.mc.cfg.Logf("metacontroller: sync %s failed, retry in %s: %v", parentKey(w.ref), d, err)
+			w.requeueAfter(d)
+		default:
+			w.mu.Lock()
+			w.failures = 0
+			w.mu.Unlock()
+		}
+		if w.mc.cfg.ResyncPeriod > 0 {
+			w.requeueAfter(w.mc.cfg.ResyncPeriod)
+		}
+	}
+}
+
+// retryAfterError is a 429 with Retry-After: retried later, not an error.
+type retryAfterError struct{ after time.Duration }
+
+func (e retryAfterError) Error() string { return fmt.Sprintf("hook asked to retry after %s", e.after) }
+
+type hookResponse struct {
+	Status             map[string]any   `json:"status"`
+	Children           []map[string]any `json:"children"`
+	ResyncAfterSeconds float64          `json:"resyncAfterSeconds"`
+	Finalized          bool             `json:"finalized"`
+}
+
+func (mc *Metacontroller) count(key string, f func(*Metrics)) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	m, ok := mc.metrics[key]
+	if !ok {
+		m = &Metrics{}
+		mc.metrics[key] = m
+	}
+	f(m)
+}
+
+func (mc *Metacontroller) record(r SyncRecord) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	mc.records = append(mc.records, r)
+	if len(mc.records) > mc.cfg.RecordLimit {
+		mc.records = mc.records[len(mc.records)-mc.cfg.RecordLimit:]
+	}
+}
+
+func (mc *Metacontroller) applyError(parent string, child Ref, op string, err error) {
+	e := ApplyError{Time: time.Now(), Parent: parent, Child: child, Op: op, Err: err}
+	mc.mu.Lock()
+	mc.applyErrs = append(mc.applyErrs, e)
+	mc.mu.Unlock()
+	mc.count(parent, func(m *Metrics) { m.ApplyErrors++ })
+	mc.cfg.Logf("metacontroller: apply error: %v", e)
+}
+
+// syncParent is one pass of Metacontroller's sync for a parent.
+func (mc *Metacontroller) syncParent(ctx context.Context, w *parentWorker) error {
+	key := parentKey(w.ref)
+	parent, ok := mc.api.Get(w.ref)
+	if !ok {
+		return nil
+	}
+	finalizing := isTerminating(parent)
+	fin := mc.Finalizer()
+	if !containsString(finalizersOf(parent), fin) {
+		if finalizing {
+			return nil // not ours to finalize
+		}
+		// With a finalize hook, Metacontroller puts its finalizer on the
+		// parent before the first call; the captured first request has it.
+		p, err := mc.api.Mutate(w.ref, func(o Object) error {
+			setFinalizers(o, appendUnique(finalizersOf(o), fin))
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("add finalizer: %w", err)
+		}
+		parent = p
+	}
+	uid := nestedString(parent, "metadata", "uid")
+	observed := mc.observedChildren(parent)
+	body := mustJSON(map[string]any{
+		"controller": mc.ctrl,
+		"parent":     parent,
+		"children":   observed,
+		"related":    map[string]any{},
+		"finalizing": finalizing,
+	})
+	url := mc.cfg.SyncURL
+	if finalizing {
+		url = mc.cfg.FinalizeURL
+	}
+	mc.count(key, func(m *Metrics) {
+		if finalizing {
+			m.Finalizes++
+		} else {
+			m.Syncs++
+		}
+	})
+	resp, err := mc.call(ctx, key, url, body, finalizing)
+	if err != nil {
+		var ra retryAfterError
+		if !errors.As(err, &ra) {
+			mc.count(key, func(m *Metrics) { m.HookErrors++ })
+		}
+		return err
+	}
+	if resp.ResyncAfterSeconds > 0 {
+		w.requeueAfter(time.Duration(resp.ResyncAfterSeconds * float64(time.Second)))
+	}
+	desired, err := mc.desiredChildren(parent, resp.Children)
+	if err != nil {
+		mc.count(key, func(m *Metrics) { m.HookErrors++ })
+		return err
+	}
+	manageErr := mc.manageChildren(key, parent, observed, desired)
+	status := resp.Status
+	if status == nil {
+		status = map[string]any{}
+	}
+	gen, _ := nestedInt(parent, "metadata", "generation")
+	status["observedGeneration"] = gen
+	changed, err := mc.api.UpdateStatus(w.ref, uid, status)
+	if err != nil {
+		return errors.Join(manageErr, fmt.Errorf("update parent status: %w", err))
+	}
+	if changed {
+		mc.count(key, func(m *Metrics) { m.StatusUpdates++ })
+	}
+	if finalizing && resp.Finalized {
+		_, err := mc.api.Mutate(w.ref, func(o Object) error {
+			if nestedString(o, "metadata", "uid") != uid {
+				return ErrConflict
+			}
+			setFinalizers(o, removeString(finalizersOf(o), fin))
+			return nil
+		})
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return errors.Join(manageErr, fmt.Errorf("remove finalizer: %w", err))
+		}
+	}
+	return manageErr
+}
+
+// call POSTs one hook request. Only a 200 with a JSON body is a success.
+func (mc *Metacontroller) call(ctx context.Context, key, url string, body []byte, finalizing bool) (*hookResponse, error) {
+	rec := SyncRecord{Parent: key, Finalizing: finalizing, Start: time.Now(), Request: body}
+	defer func() {
+		rec.Duration = time.Since(rec.Start)
+		mc.record(rec)
+	}()
+	ctx, cancel := context.WithTimeout(ctx, mc.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		rec.Err = err
+		return nil, fmt.Errorf("hook request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := mc.client.Do(req)
+	if err != nil {
+		rec.Err = err
+		return nil, fmt.Errorf("hook %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	rec.HTTPStatus = resp.StatusCode
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	rec.Response = data
+	if err != nil {
+		rec.Err = err
+		return nil, fmt.Errorf("hook %s: read answer: %w", url, err)
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs >= 0 {
+			rec.Err = retryAfterError{time.Duration(secs) * time.Second}
+			return nil, rec.Err
+		}
+	}
+	if resp.StatusCode != http.StatusOK {
+		rec.Err = fmt.Errorf("hook %s: HTTP %d: %s", url, resp.StatusCode, bytes.TrimSpace(data))
+		return nil, rec.Err
+	}
+	var out hookResponse
+	if err := json.Unmarshal(data, &out); err != nil {
+		rec.Err = fmt.Errorf("hook %s: decode answer: %w", url, err)
+		return nil, rec.Err
+	}
+	rec.ResyncAfter, rec.Finalized = out.ResyncAfterSeconds, out.Finalized
+	return &out, nil
+}
+
+// observedChildren builds the request's children map: every declared type,
+// even when empty, then name -> object for the children this parent controls.
+func (mc *Metacontroller) observedChildren(parent Object) map[string]map[string]Object {
+	uid := nestedString(parent, "metadata", "uid")
+	ns := nestedString(parent, "metadata", "namespace")
+	out := map[string]map[string]Object{}
+	for _, t := range mc.cfg.ChildTypes {
+		m := map[string]Object{}
+		for _, obj := range mc.api.List(t.Key(), ns) {
+			if controllerOwnerUID(obj) == uid {
+				m[nestedString(obj, "metadata", "name")] = obj
+			}
+		}
+		out[t.Key()] = m
+	}
+	return out
+}
+
+// desiredChildren validates the hook's children and adds what Metacontroller
+// adds: the namespace, the controller-uid label and the last-applied
+// annotation. Any invalid child fails the whole answer: nothing is applied.
+func (mc *Metacontroller) desiredChildren(parent Object, children []map[string]any) (map[string]map[string]Object, error) {
+	uid := nestedString(parent, "metadata", "uid")
+	ns := nestedString(parent, "metadata", "namespace")
+	out := map[string]map[string]Object{}
+	for i, c := range children {
+		obj, err := normalize(c)
+		if err != nil {
+			return nil, fmt.Errorf("child %d: %w", i, err)
+		}
+		typ := TypeKey(obj)
+		if _, ok := mc.types[typ]; !ok {
+			return nil, fmt.Errorf("child %d: type %q is not among the controller's childResources", i, typ)
+		}
+		name := nestedString(obj, "metadata", "name")
+		if name == "" {
+			return nil, fmt.Errorf("child %d (%s): metadata.name is required", i, typ)
+		}
+		md := ensureMap(obj, "metadata")
+		if cns, ok := md["namespace"].(string); ok && cns != "" && cns != ns {
+			return nil, fmt.Errorf("child %s %s: namespace %q differs from the parent's %q", typ, name, cns, ns)
+		}
+		md["namespace"] = ns
+		labels := ensureMap(obj, "metadata", "labels")
+		if v, ok := labels[LabelControllerUID]; !ok {
+			labels[LabelControllerUID] = uid
+		} else if v != uid {
+			return nil, fmt.Errorf("labels on desired child %s %s/%s don't match parent selector", typ, ns, name)
+		}
+		if ann := nestedMap(obj, "metadata", "annotations"); ann != nil {
+			delete(ann, AnnotationLastApplied)
+			if len(ann) == 0 {
+				delete(md, "annotations")
+			}
+		}
+		last := string(mustJSON(obj))
+		ensureMap(obj, "metadata", "annotations")[AnnotationLastApplied] = last
+		if out[typ] == nil {
+			out[typ] = map[string]Object{}
+		}
+		out[typ][name] = obj
+	}
+	return out, nil
+}
+
+// manageChildren deletes the observed children the hook left out, then
+// creates or updates the desired ones. Failures are recorded and returned
+// together; the other children are still applied.
+func (mc *Metacontroller) manageChildren(key string, parent Object, observed, desired map[string]map[string]Object) error {
+	var errs []error
+	uid := nestedString(parent, "metadata", "uid")
+	for _, t := range mc.cfg.ChildTypes {
+		typ := t.Key()
+		for _, name := range sortedKeys(observed[typ]) {
+			obj := observed[typ][name]
+			if _, keep := desired[typ][name]; keep || isTerminating(obj) {
+				continue
+			}
+			ref := RefOf(obj)
+			if err := mc.api.Delete(ref, nestedString(obj, "metadata", "uid")); err != nil && !errors.Is(err, ErrNotFound) {
+				mc.applyError(key, ref, "delete", err)
+				errs = append(errs, err)
+				continue
+			}
+			mc.count(key, func(m *Metrics) { m.ChildDeletes++ })
+		}
+	}
+	for _, t := range mc.cfg.ChildTypes {
+		typ := t.Key()
+		for _, name := range sortedKeys(desired[typ]) {
+			want := desired[typ][name]
+			ref := RefOf(want)
+			cur, exists := observed[typ][name]
+			if !exists {
+				if _, taken := mc.api.Get(ref); taken {
+					err := fmt.Errorf("%s already exists and is not controlled by this parent: %w", ref, ErrAlreadyExists)
+					mc.applyError(key, ref, "create", err)
+					errs = append(errs, err)
+					continue
+				}
+				obj := copyObject(want)
+				md := ensureMap(obj, "metadata")
+				owners, _ := md["ownerReferences"].([]any)
+				md["ownerReferences"] = append(owners, map[string]any{
+					"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+					"name": nestedString(parent, "metadata", "name"), "uid": uid,
+					"controller": true, "blockOwnerDeletion": true,
+				})
+				if _, err := mc.api.Create(obj); err != nil {
+					mc.applyError(key, ref, "create", err)
+					errs = append(errs, err)
+					continue
+				}
+				mc.count(key, func(m *Metrics) { m.ChildCreates++ })
+				continue
+			}
+			if isTerminating(cur) {
+				continue // recreated by a later sync once it is gone
+			}
+			var last Object
+			if s := nestedString(cur, "metadata", "annotations", AnnotationLastApplied); s != "" {
+				_ = json.Unmarshal([]byte(s), &last)
+			}
+			merged := applyMerge(cur, last, want)
+			if reflect.DeepEqual(merged, cur) {
+				continue
+			}
+			switch t.UpdateMethod {
+			case "InPlace":
+				_, changed, err := mc.api.Update(merged)
+				if err != nil {
+					mc.applyError(key, ref, "update", err)
+					errs = append(errs, err)
+					continue
+				}
+				if changed {
+					mc.count(key, func(m *Metrics) { m.ChildUpdates++ })
+				}
+			case "Recreate":
+				if err := mc.api.Delete(ref, nestedString(cur, "metadata", "uid")); err != nil && !errors.Is(err, ErrNotFound) {
+					mc.applyError(key, ref, "delete", err)
+					errs = append(errs, err)
+					continue
+				}
+				mc.count(key, func(m *Metrics) { m.ChildDeletes++ })
+			default: // OnDelete: existing children are left alone
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CreateParent creates an EtcdCluster with the given spec.
+func (mc *Metacontroller) CreateParent(namespace, name string, spec map[string]any) (Object, error) {
+	return mc.api.Create(Object{
+		"apiVersion": "etcd.database.coreos.com/v1beta2",
+		"kind":       "EtcdCluster",
+		"metadata":   map[string]any{"name": name, "namespace": namespace},
+		"spec":       spec,
+	})
+}
+
+func parentRef(namespace, name string) Ref {
+	return Ref{Type: TypeEtcdCluster, Namespace: namespace, Name: name}
+}
+
+// Parent returns the current parent object.
+func (mc *Metacontroller) Parent(namespace, name string) (Object, bool) {
+	return mc.api.Get(parentRef(namespace, name))
+}
+
+// UpdateParentSpec edits the spec in place (generation is bumped if it changed).
+func (mc *Metacontroller) UpdateParentSpec(namespace, name string, edit func(spec map[string]any)) (Object, error) {
+	return mc.api.Mutate(parentRef(namespace, name), func(o Object) error {
+		edit(ensureMap(o, "spec"))
+		return nil
+	})
+}
+
+// MergePatchParentSpec applies a JSON merge patch (RFC 7386) to the spec, like
+// kubectl patch --type=merge -p '{"spec": ...}'.
+func (mc *Metacontroller) MergePatchParentSpec(namespace, name string, patch map[string]any) (Object, error) {
+	return mc.UpdateParentSpec(namespace, name, func(spec map[string]any) { mergePatch(spec, patch) })
+}
+
+func mergePatch(dst, patch map[string]any) {
+	for k, v := range patch {
+		if v == nil {
+			delete(dst, k)
+			continue
+		}
+		if pm, ok := v.(map[string]any); ok {
+			dm, ok := dst[k].(map[string]any)
+			if !ok {
+				dm = map[string]any{}
+				dst[k] = dm
+			}
+			mergePatch(dm, pm)
+			continue
+		}
+		dst[k] = deepCopyJSON(v)
+	}
+}
+
+// DeleteParent deletes the parent as kubectl delete would: with the
+// controller's finalizer present this only sets deletionTimestamp, and the
+// finalize hook is called until it answers finalized: true.
+func (mc *Metacontroller) DeleteParent(namespace, name string) error {
+	return mc.api.Delete(parentRef(namespace, name), "")
+}
+
+// Children returns the parent's children as the next request would show them.
+func (mc *Metacontroller) Children(namespace, name string) (map[string]map[string]Object, error) {
+	p, ok := mc.Parent(namespace, name)
+	if !ok {
+		return nil, fmt.Errorf("parent %s/%s: %w", namespace, name, ErrNotFound)
+	}
+	return mc.observedChildren(p), nil
+}
+
+// Metrics returns the counters of one parent ("" for the sum of all).
+func (mc *Metacontroller) Metrics(namespace, name string) Metrics {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if namespace == "" && name == "" {
+		var total Metrics
+		for _, m := range mc.metrics {
+			total.add(*m)
+		}
+		return total
+	}
+	if m, ok := mc.metrics[namespace+"/"+name]; ok {
+		return *m
+	}
+	return Metrics{}
+}
+
+// Records returns the kept hook exchanges of one parent ("" for all), oldest first.
+func (mc *Metacontroller) Records(namespace, name string) []SyncRecord {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	var out []SyncRecord
+	for _, r := range mc.records {
+		if (namespace == "" && name == "") || r.Parent == namespace+"/"+name {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ApplyErrors returns every child operation refused so far.
+func (mc *Metacontroller) ApplyErrors() []ApplyError {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	return append([]ApplyError(nil), mc.applyErrs...)
+}
+
+// TakeApplyErrors returns the apply errors not taken before and marks them as
+// expected, so that the end-of-test check does not report them.
+func (mc *Metacontroller) TakeApplyErrors() []ApplyError {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	out := append([]ApplyError(nil), mc.applyErrs[mc.taken:]...)
+	mc.taken = len(mc.applyErrs)
+	return out
+}
+
+func (mc *Metacontroller) untakenApplyErrors() []ApplyError {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	return append([]ApplyError(nil), mc.applyErrs[mc.taken:]...)
+}
+
+// describeRecord renders one exchange for logs.
+func describeRecord(r SyncRecord) string {
+	kind := "sync"
+	if r.Finalizing {
+		kind = "finalize"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s HTTP %d in %s", r.Start.Format("15:04:05.000"), kind, r.Parent, r.HTTPStatus, r.Duration.Round(time.Millisecond))
+	if r.Err != nil {
+		fmt.Fprintf(&b, " error: %v", r.Err)
+	}
+	if r.ResyncAfter > 0 {
+		fmt.Fprintf(&b, " resyncAfter=%gs", r.ResyncAfter)
+	}
+	if r.Finalized {
+		b.WriteString(" finalized")
+	}
+	return b.String()
+}
