@@ -62,7 +62,10 @@ func memberPod(name string, phase corev1.PodPhase, ready bool) *corev1.Pod {
 			CreationTimestamp: metav1.NewTime(testNow.Add(-time.Minute)),
 			Annotations:       map[string]string{LastAppliedAnnotation: string(applied)},
 		},
-		Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: dataVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "etcd", Image: "quay.io/coreos/etcd:v3.6.16"}},
+			Volumes:    []corev1.Volume{{Name: dataVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
 		Status: corev1.PodStatus{
 			Phase:      phase,
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: readiness}},

@@ -52,7 +52,23 @@ func (p *planner) observe() report {
 		r.problem(ReasonFieldsNotHonoured, "accepted but not honoured yet: "+strings.Join(fields, ", "))
 	}
 	r.progressing = conditionFalse(ReasonConverged, "the cluster matches its spec")
+	r.upgrading = p.podImagesCondition()
 	return r
+}
+
+// podImagesCondition judges a version change from the Pods alone, for
+// syncs without a usable membership.
+func (p *planner) podImagesCondition() condition {
+	var behind []string
+	for name, pod := range p.o.Pods {
+		if containerImage(pod) != p.spec.Image() {
+			behind = append(behind, name)
+		}
+	}
+	if len(behind) == 0 {
+		return conditionFalse(ReasonUpToDate, "every member runs "+p.spec.Image())
+	}
+	return conditionTrue(ReasonRollingUpgrade, fmt.Sprintf("members not yet on %s: %s", p.spec.Image(), strings.Join(sorted(behind), ", ")))
 }
 
 // quorumPhase says whether etcd can commit, from the members that answered.

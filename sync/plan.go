@@ -98,6 +98,9 @@ func (p *planner) frozen(reason, message string) Decision {
 	r := p.observe()
 	r.reason = message
 	r.progressing = conditionFalse(reason, message)
+	if reason == ReasonVersionSkew {
+		r.upgrading = conditionFalse(reason, message)
+	}
 	if reason == ReasonPaused {
 		r.paused = true
 	} else {

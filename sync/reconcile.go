@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"strings"
 	"time"
 
@@ -13,9 +14,11 @@ import (
 // the spec.
 func (p *planner) withMembership() Decision {
 	o := p.o
+	if ok, why := versionChangeAllowed(lowestVersion(o.Membership), p.spec.Version); !ok {
+		return p.frozen(ReasonVersionSkew, "the version change is refused and the cluster is left as it is: "+why)
+	}
 	views := p.viewMembers()
 	children := append(p.commonChildren(), p.memberChildren(views)...)
-	sortChildren(children)
 
 	r := p.observe()
 	for _, v := range views {
@@ -23,12 +26,22 @@ func (p *planner) withMembership() Decision {
 			r.problem(ReasonDeadMember, fmt.Sprintf("member %s is dead: %s", v.name, v.deadReason))
 		}
 	}
+	leader := p.leaderView(views)
+	upgrade := p.upgradeState(views, leader)
+	step := p.nextStep(views, upgrade)
+	if step.reimage != nil && o.Acted == nil && !o.Membership.Stale {
+		for i, c := range children {
+			if c.Kind == KindPod && c.Name == step.reimage.Name {
+				children[i] = p.reimagedPod(step.reimage)
+			}
+		}
+	}
+	sortChildren(children)
+	r.upgrading = p.upgradingCondition(views, upgrade, step)
 	d := Decision{Children: children}
-	step := p.nextStep(views)
 	if a := step.action; a != nil {
 		// Every change goes to the leader: etcd forwards from followers,
 		// but a learner refuses membership RPCs outright.
-		leader := p.leaderView(views)
 		a.LeaderID, a.LeaderEndpoint = leader.ID, p.clientEndpoint(leader)
 	}
 	switch {
@@ -59,6 +72,10 @@ type stepResult struct {
 	progressing condition
 	// blocked is a problem that keeps the cluster from converging.
 	blocked *problem
+	// reimage is the member Pod whose image changes to the target in this
+	// answer: an upgrade step, or the repair of a member the previous
+	// version change broke.
+	reimage *corev1.Pod
 	resync  time.Duration
 }
 
@@ -81,7 +98,7 @@ func blockedStep(reason, message string) stepResult {
 
 // nextStep is the ladder of membership steps, most urgent first. Each rung
 // returns; the first that applies is the only step of this sync.
-func (p *planner) nextStep(views []memberView) stepResult {
+func (p *planner) nextStep(views []memberView, upgrade upgradeState) stepResult {
 	ms := p.o.Membership
 	if ms.Stale || !HasQuorum(ms) || ms.LeaderID == 0 {
 		return blockedStep(ReasonQuorumLost, "no membership change is made without a quorum and a leader")
@@ -129,6 +146,20 @@ func (p *planner) nextStep(views []memberView) stepResult {
 		return acting(p.remove(v, fmt.Sprintf("dead member %s is removed before it is replaced: %s", v.name, v.deadReason)), ReasonReplacingMember)
 	}
 
+	// A member that is down on another image than the target is changed at
+	// once, without waiting for it: it serves nothing as it is, and this is
+	// how setting the previous version back rescues a member that an
+	// upgrade broke.
+	for _, v := range upgrade.pending {
+		if !v.ready {
+			return stepResult{
+				reimage:     v.pod,
+				progressing: conditionTrue(ReasonRollingUpgrade, fmt.Sprintf("changing the image of member %s, which is not ready, to %s", v.name, p.spec.Image())),
+				resync:      resyncWaiting,
+			}
+		}
+	}
+
 	var unready []string
 	for _, v := range views {
 		if !v.ready {
@@ -136,6 +167,9 @@ func (p *planner) nextStep(views []memberView) stepResult {
 		}
 	}
 	if len(unready) > 0 {
+		if upgrade.halted != "" {
+			return waiting(ReasonUpgradeHalted, "upgrade halted: "+upgrade.halted)
+		}
 		return waiting(ReasonWaitingForMember, "waiting for members to become ready: "+strings.Join(unready, ", "))
 	}
 
@@ -144,6 +178,8 @@ func (p *planner) nextStep(views []memberView) stepResult {
 		return p.grow(views)
 	case len(views) > size:
 		return p.shrink(views, leader)
+	case len(upgrade.pending) > 0 || upgrade.halted != "":
+		return p.upgrade(views, leader, upgrade)
 	}
 	return stepResult{}
 }
@@ -234,7 +270,7 @@ func (p *planner) shrink(views []memberView, leader memberView) stepResult {
 		}
 	}
 	if victim == nil {
-		return p.moveLeaderOff(views, leader)
+		return p.moveLeaderOff(views, leader, "before "+leader.name+" is removed")
 	}
 	if !CanRemove(ms, victim.ID) {
 		return blockedStep(ReasonScalingDown, fmt.Sprintf("member %s cannot be removed without losing quorum", victim.name))
@@ -242,16 +278,16 @@ func (p *planner) shrink(views []memberView, leader memberView) stepResult {
 	return acting(p.remove(*victim, fmt.Sprintf("scaling from %d to %d members: removing %s", len(views), p.spec.Size, victim.name)), ReasonScalingDown)
 }
 
-func (p *planner) moveLeaderOff(views []memberView, leader memberView) stepResult {
+func (p *planner) moveLeaderOff(views []memberView, leader memberView, why string) stepResult {
 	for _, v := range views {
 		if v.ID != leader.ID && !v.IsLearner && v.Reachable && v.ready {
 			return acting(Action{
 				Type: ActionMoveLeader, Name: v.name, MemberID: v.ID,
-				Reason: fmt.Sprintf("moving leadership from %s to %s before %s is removed", leader.name, v.name, leader.name),
+				Reason: fmt.Sprintf("moving leadership from %s to %s %s", leader.name, v.name, why),
 			}, ReasonMovingLeader)
 		}
 	}
-	return blockedStep(ReasonScalingDown, "only the leader could be removed and no member can take over leadership")
+	return blockedStep(ReasonMovingLeader, "no other member is ready to take over leadership "+why)
 }
 
 // reportOutcome describes the step this sync already took.

@@ -55,6 +55,7 @@ type report struct {
 	reason      string
 	available   condition
 	progressing condition
+	upgrading   condition
 	problems    []problem
 	paused      bool
 	ready       []string
@@ -118,6 +119,7 @@ func (p *planner) status(r report) v1beta2.ClusterStatus {
 		{v1beta2.ConditionAvailable, r.available},
 		{v1beta2.ConditionProgressing, r.progressing},
 		{v1beta2.ConditionDegraded, r.degraded()},
+		{v1beta2.ConditionUpgrading, r.upgrading},
 	} {
 		st.Conditions = append(st.Conditions, p.condition(cc.t, cc.c))
 	}

@@ -24,6 +24,9 @@ const (
 	// Degraded: something needs attention: an invalid spec, members that
 	// are not ready, a lost quorum, or a spec field not yet honoured.
 	ConditionDegraded ConditionType = "Degraded"
+	// Upgrading: members run another version than the spec asks for, and
+	// the hook is moving them one at a time, or has stopped and says why.
+	ConditionUpgrading ConditionType = "Upgrading"
 )
 
 // ClusterStatus is what the hook last observed. Metacontroller replaces it
