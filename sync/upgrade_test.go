@@ -159,4 +159,3 @@ func TestRefusedVersionKeepsEveryChild(t *testing.T) {
 		t.Errorf("versions: current %q target %q", d.Status.CurrentVersion, d.Status.TargetVersion)
 	}
 }
-
