@@ -1,7 +1,9 @@
 package sync
 
 import (
+	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -65,8 +67,26 @@ func (p *planner) deadness(v memberView) (bool, string) {
 		return true, "its Pod is gone and its data was on an emptyDir"
 	case podFinished(v.pod):
 		return true, "its Pod is " + string(v.pod.Status.Phase) + " and its data was on an emptyDir"
+	case v.pod.Status.Phase != corev1.PodRunning && !v.Reachable && notReadyFor(v.pod, p.o.Now) > DeadTimeout:
+		// A Pod stuck outside Running (its node lost, say) for this long is
+		// not coming back soon, and its emptyDir will not come back at all.
+		return true, fmt.Sprintf("its Pod has not been running for over %s and its data is on an emptyDir", DeadTimeout)
 	}
 	return false, ""
+}
+
+// DeadTimeout is how long a member's Pod may stay out of Running before the
+// member is declared dead and replaced. It is longer than a node reboot.
+const DeadTimeout = 5 * time.Minute
+
+// notReadyFor is how long the Pod's Ready condition has been false.
+func notReadyFor(pod *corev1.Pod, now time.Time) time.Duration {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status != corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			return now.Sub(c.LastTransitionTime.Time)
+		}
+	}
+	return 0
 }
 
 // memberChildren renders the Pods and claims of the current members, and

@@ -177,7 +177,27 @@ func TestPlanLifecycle(t *testing.T) {
 		}),
 		want: summary{
 			Action: "remove " + name(2), Pods: []string{name(0), name(1)}, Phase: v1beta2.PhaseRunning,
-			Progressing: ReasonReplacingMember, Degraded: ReasonMembersUnready, Resync: true,
+			Progressing: ReasonReplacingMember, Degraded: ReasonDeadMember, Resync: true,
+		},
+	}, {
+		name:   "member stuck outside Running is dead after the grace period",
+		reason: "its node is gone: the Pod stays Pending-or-Unknown, and its emptyDir is lost",
+		in: with(observed(running(newCluster(3, "3.6.16")), readyPod(name(0)), readyPod(name(1)), stuckPod(name(2), DeadTimeout+time.Minute)), func(o *Observed) {
+			o.Membership = membership(1, member(1, name(0)), member(2, name(1)), down(member(3, name(2))))
+		}),
+		want: summary{
+			Action: "remove " + name(2), Pods: []string{name(0), name(1), name(2)}, Phase: v1beta2.PhaseRunning,
+			Progressing: ReasonReplacingMember, Degraded: ReasonDeadMember, Resync: true,
+		},
+	}, {
+		name:   "member briefly outside Running is waited for",
+		reason: "within the grace period a member is not replaced",
+		in: with(observed(running(newCluster(3, "3.6.16")), readyPod(name(0)), readyPod(name(1)), stuckPod(name(2), time.Minute)), func(o *Observed) {
+			o.Membership = membership(1, member(1, name(0)), member(2, name(1)), down(member(3, name(2))))
+		}),
+		want: summary{
+			Pods: []string{name(0), name(1), name(2)}, Phase: v1beta2.PhaseRunning,
+			Progressing: ReasonWaitingForMember, Degraded: ReasonMembersUnready, Resync: true,
 		},
 	}, {
 		name:   "quorum lost",
@@ -371,4 +391,11 @@ func TestUnstartedMemberGivenUp(t *testing.T) {
 	if d.Action == nil || d.Action.Type != ActionRemoveMember || d.Action.MemberID != 2 {
 		t.Fatalf("want the stuck learner removed, got %+v", d.Action)
 	}
+}
+
+// stuckPod has not been running, nor ready, for the given time.
+func stuckPod(n string, since time.Duration) *corev1.Pod {
+	p := memberPod(n, corev1.PodPending, false)
+	p.Status.Conditions[0].LastTransitionTime = metav1.NewTime(testNow.Add(-since))
+	return p
 }

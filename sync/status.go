@@ -70,12 +70,30 @@ func (r *report) problem(reason, message string) {
 	r.problems = append(r.problems, problem{reason, message})
 }
 
-// degraded folds every problem into one condition; the first problem is
-// the most severe because the planner reports in order of severity.
+// severity orders problems, most severe first; unlisted reasons come last.
+var severity = map[string]int{
+	ReasonInvalidSpec:     1,
+	ReasonVersionSkew:     1,
+	ReasonAllMembersLost:  2,
+	ReasonQuorumLost:      3,
+	ReasonDeadMember:      4,
+	ReasonEtcdUnreachable: 5,
+}
+
+func rank(reason string) int {
+	if r, ok := severity[reason]; ok {
+		return r
+	}
+	return len(severity) + 1
+}
+
+// degraded folds every problem into one condition, named after the most
+// severe.
 func (r *report) degraded() condition {
 	if len(r.problems) == 0 {
 		return conditionFalse(ReasonAsExpected, "no problem observed")
 	}
+	sort.SliceStable(r.problems, func(i, j int) bool { return rank(r.problems[i].reason) < rank(r.problems[j].reason) })
 	messages := make([]string, len(r.problems))
 	for i, p := range r.problems {
 		messages[i] = p.message
@@ -96,6 +114,7 @@ func (p *planner) status(r report) v1beta2.ClusterStatus {
 	if version == "" {
 		version = prev.CurrentVersion
 	}
+	degraded := r.degraded()
 	if r.reason == "" && len(r.problems) > 0 {
 		r.reason = r.problems[0].message
 	}
@@ -118,7 +137,7 @@ func (p *planner) status(r report) v1beta2.ClusterStatus {
 	}{
 		{v1beta2.ConditionAvailable, r.available},
 		{v1beta2.ConditionProgressing, r.progressing},
-		{v1beta2.ConditionDegraded, r.degraded()},
+		{v1beta2.ConditionDegraded, degraded},
 		{v1beta2.ConditionUpgrading, r.upgrading},
 	} {
 		st.Conditions = append(st.Conditions, p.condition(cc.t, cc.c))
