@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -85,6 +87,12 @@ func FuzzPlan(f *testing.F) {
 		d := Plan(o)
 		if fmt.Sprint(o.Membership) != before {
 			t.Fatal("Plan modified its input membership")
+		}
+		// The status must not depend on the random name drawn for a member
+		// not yet added: Metacontroller syncs again on every status change.
+		o.FreshSuffix = "other"
+		if diff := cmp.Diff(d.Status, Plan(o).Status); diff != "" {
+			t.Fatalf("status depends on the fresh member name (-first +second):\n%s", diff)
 		}
 		inAnswer := map[string]bool{}
 		for _, c := range d.Children {

@@ -228,7 +228,10 @@ func (p *planner) grow(views []memberView) stepResult {
 		Name:      name,
 		PeerURL:   PeerURL(name, c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix()),
 		AsLearner: learners,
-		Reason:    fmt.Sprintf("scaling from %d to %d members: adding %s %s", len(views), p.spec.Size, kind, name),
+		// No name here: until etcd accepts the add, the name is a fresh
+		// random draw on every sync, and a status that changes on every
+		// sync makes Metacontroller sync again at once.
+		Reason: fmt.Sprintf("scaling from %d to %d members: adding a %s", len(views), p.spec.Size, kind),
 	}, ReasonScalingUp)
 }
 
@@ -296,5 +299,5 @@ func (p *planner) reportOutcome(out Outcome) stepResult {
 		msg := fmt.Sprintf("%s failed: %v", out.Action, out.Err)
 		return stepResult{progressing: conditionTrue(ReasonActionFailed, msg), resync: resyncTrouble}
 	}
-	return stepResult{progressing: conditionTrue(out.Action.Step, out.Action.Reason), resync: resyncAfterAction}
+	return stepResult{progressing: conditionTrue(out.Action.Step, out.Action.Reason+" ("+out.Action.Name+")"), resync: resyncAfterAction}
 }
