@@ -34,7 +34,8 @@ CRD_DIR := manifests/crd
 CRD_PATHS := ./api/...
 
 # Everything but the end-to-end tests, which need built binaries and run long.
-UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/test/e2e')
+# test/apiserver needs bin/kube-apiserver: its own step (mk/kube.mk).
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e '/test/e2e' -e '/test/apiserver')
 # Go files to format and check, outside bin/ and caches.
 GO_FILES = $(shell find . \( -path ./bin -o -path ./.cache -o -path ./tmp -o -path ./.git \) -prune -o -name '*.go' -print)
 
@@ -46,6 +47,8 @@ ifeq ($(wildcard mk/etcd.mk),)
 etcd-bins:
 	@echo "mk/etcd.mk is missing: cannot build the etcd binaries the tests need" >&2; exit 1
 endif
+# mk/kube.mk defines kube-bins (kube-apiserver, kubectl) and test-apiserver.
+-include mk/kube.mk
 
 .PHONY: help build run test unit e2e fuzz bench bench-quick manifests verify-manifests fmt vet lint docker-build clean
 
@@ -65,11 +68,13 @@ run: build ## build and run the hook on ADDR (default 127.0.0.1:8080)
 
 # Steps run one after another (even under make -j), each announced, so a
 # failure points at its step.
-test: ## what CI runs: lint, verify-manifests, etcd-bins, unit, e2e, fuzz (short)
+test: ## what CI runs: lint, verify-manifests, etcd-bins, unit, apiserver, e2e, fuzz (short)
 	@echo "==> lint";             $(MAKE) lint
 	@echo "==> verify-manifests"; $(MAKE) verify-manifests
 	@echo "==> etcd-bins";        $(MAKE) etcd-bins
 	@echo "==> unit";             $(MAKE) unit
+	@echo "==> kube-bins";        $(MAKE) kube-bins
+	@echo "==> apiserver";        $(MAKE) test-apiserver
 	@echo "==> e2e";              $(MAKE) e2e
 	@echo "==> fuzz";             $(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 	@echo "==> test: all passed"

@@ -651,8 +651,9 @@ func TestCRDShape(t *testing.T) {
 	if got := lookup(spec, "properties", "version", "default"); got != v1beta2.DefaultVersion {
 		t.Errorf("spec.version default %v, want %s", got, v1beta2.DefaultVersion)
 	}
-	if lookup(spec, "properties", "version", "pattern") == nil {
-		t.Error("spec.version has no pattern")
+	versionRules, _ := lookup(spec, "properties", "version", "x-kubernetes-validations").([]any)
+	if len(versionRules) == 0 {
+		t.Error("spec.version has no CEL rule requiring a semantic version")
 	}
 	rules, _ := lookup(spec, "x-kubernetes-validations").([]any)
 	if !slices.ContainsFunc(rules, func(r any) bool {

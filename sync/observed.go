@@ -73,16 +73,6 @@ type Member struct {
 // name when it first joins.
 func (m Member) Started() bool { return m.Name != "" }
 
-func (ms *Membership) byName(cluster string) map[string]Member {
-	out := make(map[string]Member, len(ms.Members))
-	for _, m := range ms.Members {
-		if name := MemberName(m, cluster); name != "" {
-			out[name] = m
-		}
-	}
-	return out
-}
-
 func (ms *Membership) voters() []Member {
 	var out []Member
 	for _, m := range ms.Members {

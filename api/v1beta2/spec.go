@@ -26,7 +26,6 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=7
 	// +kubebuilder:validation:Type=integer
-	// +kubebuilder:validation:Format=int32
 	Size int `json:"size"`
 
 	// Repository hosts the etcd images, tagged like the official releases
@@ -39,7 +38,7 @@ type ClusterSpec struct {
 	// Version is the etcd release to run, in semver form such as "3.6.16".
 	// A leading "v" is accepted.
 	// +kubebuilder:default="3.6.16"
-	// +kubebuilder:validation:Pattern=`^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^v?(0|[1-9][0-9]*)\\\\.(0|[1-9][0-9]*)\\\\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\\\\+[0-9A-Za-z.-]+)?$')",message="must be a semantic version such as \"3.6.16\""
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Version string `json:"version,omitempty"`
