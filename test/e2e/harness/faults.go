@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"sync"
@@ -28,6 +29,10 @@ type Fault struct {
 	Body   string
 	// Drop closes the connection without answering.
 	Drop bool
+	// DropResponse forwards the request to the hook, lets it finish, and
+	// then closes the connection without relaying the answer: the hook acted
+	// (say, a MemberAdd), and Metacontroller never learns what it answered.
+	DropResponse bool
 	// Times is how many requests the fault applies to; 0 means until cleared.
 	Times int
 }
@@ -50,6 +55,9 @@ type FaultProxy struct {
 
 	Forwarded atomic.Int64
 	Faulted   atomic.Int64
+	// DroppedResponses counts answers the hook gave that a DropResponse
+	// fault kept from Metacontroller.
+	DroppedResponses atomic.Int64
 }
 
 // StartFaultProxy listens on a free 127.0.0.1 port and forwards to target.
@@ -189,13 +197,13 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case f.Drop:
-		if hj, ok := w.(http.Hijacker); ok {
-			if c, _, err := hj.Hijack(); err == nil {
-				c.Close()
-				return
-			}
-		}
-		panic(http.ErrAbortHandler)
+		hangUp(w)
+	case f.DropResponse:
+		p.Forwarded.Add(1)
+		rec := httptest.NewRecorder()
+		p.rp.ServeHTTP(rec, r)
+		p.DroppedResponses.Add(1)
+		hangUp(w)
 	case f.Status != 0:
 		w.Header().Set("Content-Type", "text/plain")
 		w.WriteHeader(f.Status)
@@ -204,4 +212,15 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		p.Forwarded.Add(1)
 		p.rp.ServeHTTP(w, r)
 	}
+}
+
+// hangUp closes the client connection without an HTTP answer.
+func hangUp(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if c, _, err := hj.Hijack(); err == nil {
+			c.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
 }

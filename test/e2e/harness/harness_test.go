@@ -246,6 +246,23 @@ func TestEtcdPodLifecycle(t *testing.T) {
 	if v, err := etcdGet(ctx, endpoint, "greeting"); err != nil || v != "hello" {
 		t.Errorf("after restart: greeting = %q, %v; want hello", v, err)
 	}
+	var runs []ContainerRun
+	for _, r := range env.Kubelet.ContainerRuns() {
+		if r.Pod == pod {
+			runs = append(runs, r)
+		}
+	}
+	if len(runs) != 2 || runs[0].Instance != 1 || runs[1].Instance != 2 || runs[0].Pid != pid1 {
+		t.Fatalf("container runs after kill -9: %+v, want instances 1 (pid %d) and 2", runs, pid1)
+	}
+	for _, r := range runs {
+		if r.Ready.IsZero() || r.Ready.Before(r.Started) {
+			t.Errorf("run %d: ready %v, started %v; want ready after start", r.Instance, r.Ready, r.Started)
+		}
+	}
+	if runs[0].Exited.IsZero() || !runs[1].Exited.IsZero() || runs[1].Started.Before(runs[0].Exited) {
+		t.Errorf("runs: first exited %v, second started %v and exited %v", runs[0].Exited, runs[1].Started, runs[1].Exited)
+	}
 
 	// SIGSTOP freezes the member, SIGCONT brings it back.
 	if err := env.Kubelet.Pause(ns, pod, "etcd"); err != nil {
@@ -370,6 +387,34 @@ func TestNon200AppliesNothing(t *testing.T) {
 		p, _ := env.MC.Parent(ns, cluster)
 		st := nestedMap(p, "status")
 		return ok && st["note"] == "changed" && st["observedGeneration"] == float64(2), fmt.Sprint(ok, st)
+	}))
+
+	// A dropped response: the hook is called, Metacontroller never sees its
+	// answer and applies nothing.
+	remove = env.Proxy.Inject(Fault{Path: "/sync", DropResponse: true})
+	callsBefore, dropped := len(fake.Calls(ns+"/"+cluster)), time.Now()
+	fake.set(func(f *fakeConfig) { f.statusNote = "dropped" })
+	env.MC.Enqueue(ns, cluster)
+	mustWait(t, env.WaitFor(10*time.Second, "two dropped answers", func() (bool, string) {
+		n := 0
+		for _, r := range env.MC.Records(ns, cluster) {
+			if r.Start.After(dropped) && r.Err != nil && r.HTTPStatus == 0 {
+				n++
+			}
+		}
+		return n >= 2 && env.Proxy.DroppedResponses.Load() >= 2, fmt.Sprint(n, " failed records")
+	}))
+	if n := len(fake.Calls(ns+"/"+cluster)) - callsBefore; n < 2 {
+		t.Errorf("the hook saw %d calls while its answers were dropped, want >= 2", n)
+	}
+	if p, _ := env.MC.Parent(ns, cluster); nestedMap(p, "status")["note"] != "changed" {
+		t.Errorf("a dropped answer was applied: status %v", nestedMap(p, "status"))
+	}
+	remove()
+	mustWait(t, env.WaitFor(10*time.Second, "answer applied after the dropped ones", func() (bool, string) {
+		p, _ := env.MC.Parent(ns, cluster)
+		st := nestedMap(p, "status")
+		return st["note"] == "dropped", fmt.Sprint(st)
 	}))
 }
 

@@ -95,7 +95,54 @@ type Kubelet struct {
 	mu      sync.Mutex
 	workers map[string]*podWorker // by Pod uid
 	events  []string
+	runs    []ContainerRun
 	stopped bool
+}
+
+// ContainerRun is one container instance, one process from start to exit.
+// Tests use it to tell the time etcd itself needs to start (Started to Ready)
+// from the time the hook and Metacontroller add around it.
+type ContainerRun struct {
+	Namespace string
+	Pod       string
+	PodUID    string
+	Container string
+	Instance  int // 1 for the first start of the container in this Pod
+	Pid       int
+	Image     string
+	Started   time.Time
+	// Ready is when the kubelet first published the container as ready;
+	// zero if it never was.
+	Ready time.Time
+	// Exited is zero while the process runs.
+	Exited time.Time
+}
+
+// ContainerRuns returns every container instance started so far, in start
+// order.
+func (k *Kubelet) ContainerRuns() []ContainerRun {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]ContainerRun(nil), k.runs...)
+}
+
+// addRun records a started container instance and returns its index.
+func (k *Kubelet) addRun(r ContainerRun) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.runs = append(k.runs, r)
+	return len(k.runs) - 1
+}
+
+func (k *Kubelet) updateRun(i int, f func(*ContainerRun)) {
+	if i < 0 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if i < len(k.runs) {
+		f(&k.runs[i])
+	}
 }
 
 // NewKubelet creates a kubelet; Start makes it run.
@@ -321,6 +368,7 @@ type ctrState struct {
 	image string // of the running or last container
 
 	instance     int
+	run          int // index in Kubelet.runs of the current or last instance, -1 before
 	startedAt    time.Time
 	restartCount int32
 	everStarted  bool
@@ -473,7 +521,7 @@ func (w *podWorker) ctr(name string) *ctrState {
 			return c
 		}
 	}
-	c := &ctrState{name: name}
+	c := &ctrState{name: name, run: -1}
 	w.mu.Lock()
 	w.ctrs = append(w.ctrs, c)
 	w.mu.Unlock()
@@ -585,6 +633,8 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c *ctrState) {
 	}
 	c.waiting, c.pullFailures, c.reported = nil, 0, ""
 	c.image, c.startedAt = c.spec.Image, now
+	c.run = w.k.addRun(ContainerRun{Namespace: pod.Namespace, Pod: pod.Name, PodUID: w.uid, Container: c.name,
+		Instance: c.instance, Pid: p.Pid, Image: c.image, Started: now})
 	w.setProc(c, p)
 	w.k.event(w.ref, "container %s: started %s (pid %d) %s", c.name, filepath.Base(plan.Binary), p.Pid, strings.Join(plan.Args, " "))
 	w.startProbes(pod, c)
@@ -612,6 +662,7 @@ func (w *podWorker) recordExit(pod *corev1.Pod, c *ctrState, immediate bool) {
 		reason = "Error"
 	}
 	finished := time.Now()
+	w.k.updateRun(c.run, func(r *ContainerRun) { r.Exited = finished })
 	c.term = &corev1.ContainerStateTerminated{
 		ExitCode:    int32(code),
 		Reason:      reason,
@@ -731,6 +782,7 @@ func (w *podWorker) setCond(t corev1.PodConditionType, ok bool, reason, msg stri
 func (w *podWorker) publish(pod *corev1.Pod) {
 	st := corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(pod)}
 	order := []corev1.PodConditionType{corev1.PodScheduled}
+	var readyRuns []int
 	if !w.scheduled {
 		w.setCond(corev1.PodScheduled, false, "Unschedulable", w.unschedMsg)
 	} else {
@@ -743,6 +795,9 @@ func (w *podWorker) publish(pod *corev1.Pod) {
 		for _, c := range w.ctrs {
 			cs, ready := w.containerStatus(c)
 			st.ContainerStatuses = append(st.ContainerStatuses, cs)
+			if ready {
+				readyRuns = append(readyRuns, c.run)
+			}
 			allReady = allReady && ready
 			allStarted = allStarted && c.everStarted
 			allDone = allDone && c.done
@@ -783,6 +838,16 @@ func (w *podWorker) publish(pod *corev1.Pod) {
 		return
 	}
 	w.lastStatus = data
+	// Ready counts from the status write, the moment Metacontroller and
+	// the hook can see it, not from the probe's success.
+	now := time.Now()
+	for _, i := range readyRuns {
+		w.k.updateRun(i, func(r *ContainerRun) {
+			if r.Ready.IsZero() {
+				r.Ready = now
+			}
+		})
+	}
 }
 
 func (w *podWorker) containerStatus(c *ctrState) (corev1.ContainerStatus, bool) {
