@@ -103,12 +103,17 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 	done <<< "$$pkgs"; \
 	if [ "$$found" -eq 0 ]; then echo "fuzz: no fuzz targets found"; fi
 
-# Placeholders, to be refined once there are benchmarks worth tracking.
-bench: ## run the benchmarks (BENCHTIME, default 1s)
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) $(UNIT_PKGS)
+# The hook-cost table of BENCHMARKS.md: the hook against its echo floor,
+# measured in one run with real etcd clusters of 1, 3, 5 and 7 members; then
+# the Go benchmarks of the same pairs.
+bench: build etcd-bins ## measure the hook against its floor (BENCHMARKS.md tables)
+	BENCH_REPORT=1 BENCH_REPORT_FILE=$(BIN_DIR)/hook-cost.md $(GO) test ./test/bench -run '^TestHookCostReport$$' -count=1 -v -timeout 20m
+	$(GO) test ./test/bench -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -count=1
+	ETCDHOOK_E2E_REPORT=$(BIN_DIR)/convergence.md $(GO) test ./test/e2e/ -count=1 -timeout 15m
+	@echo "tables: $(BIN_DIR)/hook-cost.md $(BIN_DIR)/convergence.md"
 
-bench-quick: ## run each benchmark once, as a smoke test
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1x $(UNIT_PKGS)
+bench-quick: build etcd-bins ## a short hook-cost run, for CI-sized checks (under 2 minutes)
+	BENCH_REPORT=1 BENCH_SAMPLES=300 BENCH_WINDOW_MS=500 $(GO) test ./test/bench -run '^TestHookCostReport$$' -count=1 -v -timeout 5m
 
 manifests: $(CONTROLLER_GEN) ## regenerate the CRD under manifests/crd from api/
 	$(CONTROLLER_GEN) crd paths=$(CRD_PATHS) output:crd:artifacts:config=$(CRD_DIR)

@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	gosync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var memberCounts = []int{1, 3, 5, 7}
+
+// BenchmarkSync reports ns/op and allocs/op of a steady-state sync and of
+// the echo floor, over loopback HTTP; compare the pairs with benchstat.
+func BenchmarkSync(b *testing.B) {
+	for _, n := range memberCounts {
+		r := newRig(b, n)
+		for _, path := range []string{"/sync", "/echo"} {
+			b.Run(fmt.Sprintf("members=%d/%s", n, strings.TrimPrefix(path, "/")), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(r.request)))
+				for b.Loop() {
+					r.post(b, path)
+				}
+			})
+		}
+	}
+}
+
+// TestHookCostReport prints the hook-cost table of BENCHMARKS.md. It runs
+// only when asked (BENCH_REPORT=1, set by make bench), since it measures
+// rather than checks.
+func TestHookCostReport(t *testing.T) {
+	if os.Getenv("BENCH_REPORT") == "" {
+		t.Skip("set BENCH_REPORT=1 (make bench) to measure")
+	}
+	samples := envInt("BENCH_SAMPLES", 2000)
+	window := time.Duration(envInt("BENCH_WINDOW_MS", 2000)) * time.Millisecond
+	var lines []string
+	lines = append(lines, "| members | request | hook p50 | floor p50 | ratio | hook p99 | floor p99 | ratio | hook syncs/s | floor /s | ratio | hook allocs | floor allocs | ratio |",
+		"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, n := range memberCounts {
+		r := newRig(t, n)
+		hook, echo := r.latencies(t, samples)
+		hookRate, echoRate := r.throughput(t, "/sync", window), r.throughput(t, "/echo", window)
+		hookAllocs, echoAllocs := r.allocs(t, "/sync", 200), r.allocs(t, "/echo", 200)
+		lines = append(lines, fmt.Sprintf("| %d | %d KiB | %s | %s | %.2f | %s | %s | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f |",
+			n, len(r.request)/1024,
+			us(pct(hook, 50)), us(pct(echo, 50)), ratio(pct(hook, 50), pct(echo, 50)),
+			us(pct(hook, 99)), us(pct(echo, 99)), ratio(pct(hook, 99), pct(echo, 99)),
+			hookRate, echoRate, hookRate/echoRate,
+			hookAllocs, echoAllocs, hookAllocs/echoAllocs))
+	}
+	report := strings.Join(lines, "\n") + "\n"
+	t.Logf("hook cost, %d samples each, %d cores:\n%s", samples, runtime.NumCPU(), report)
+	if path := os.Getenv("BENCH_REPORT_FILE"); path != "" {
+		if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// latencies alternates hook and floor requests, so that whatever else the
+// machine does weighs on both alike.
+func (r *rig) latencies(t *testing.T, samples int) (hook, echo []time.Duration) {
+	for range 50 {
+		r.post(t, "/sync")
+		r.post(t, "/echo")
+	}
+	for i := range samples {
+		if i%2 == 0 {
+			hook = append(hook, r.timed(t, "/sync"))
+			echo = append(echo, r.timed(t, "/echo"))
+		} else {
+			echo = append(echo, r.timed(t, "/echo"))
+			hook = append(hook, r.timed(t, "/sync"))
+		}
+	}
+	return hook, echo
+}
+
+// throughput is requests per second with one client per core.
+func (r *rig) throughput(t *testing.T, path string, window time.Duration) float64 {
+	var done atomic.Int64
+	var wg gosync.WaitGroup
+	deadline := time.Now().Add(window)
+	for range runtime.NumCPU() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				r.post(t, path)
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(done.Load()) / window.Seconds()
+}
+
+// allocs counts heap allocations per request in this process: client and
+// server alike, which is the same client work for hook and floor.
+func (r *rig) allocs(t *testing.T, path string, n int) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range n {
+		r.post(t, path)
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.Mallocs-before.Mallocs) / float64(n)
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
+
+func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
+
+func envInt(name string, def int) int {
+	var v int
+	if _, err := fmt.Sscan(os.Getenv(name), &v); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/sync"
+)
+
+// capturedPod is a Pod exactly as the API server sent it to Metacontroller
+// and Metacontroller to the hook: managedFields, defaults, token volume.
+// Steady-state requests are built from it so that they weigh what real
+// ones weigh.
+func capturedPod() (map[string]any, error) {
+	b, err := os.ReadFile(filepath.Join(moduleRoot(), "test", "fixtures", "three-pending-pods.json"))
+	if err != nil {
+		return nil, err
+	}
+	var req struct {
+		Children map[string]map[string]map[string]any `json:"children"`
+	}
+	if err := json.Unmarshal(b, &req); err != nil {
+		return nil, err
+	}
+	for _, pod := range req.Children["Pod.v1"] {
+		return pod, nil
+	}
+	return nil, fmt.Errorf("no Pod in the captured request")
+}
+
+func moduleRoot() string {
+	dir, _ := os.Getwd()
+	for range 10 {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		dir = filepath.Dir(dir)
+	}
+	return "."
+}
+
+// steadyRequest is the sync request of a converged cluster of the given
+// members: each a running, ready Pod carrying the hook's own rendering as
+// its last applied configuration, and the status the hook last wrote.
+func steadyRequest(members []string, version string, status v1beta2.ClusterStatus) ([]byte, error) {
+	template, err := capturedPod()
+	if err != nil {
+		return nil, err
+	}
+	const cluster, ns, uid = "bench", "default", "5d1b0c6e-2a3f-4b8e-9c7d-000000000001"
+	pods := map[string]any{}
+	for _, name := range members {
+		pod := deepCopy(template)
+		meta := pod["metadata"].(map[string]any)
+		meta["name"] = name
+		meta["labels"] = map[string]any{"app": "etcd", "etcd_cluster": cluster, "etcd_node": name, "controller-uid": uid}
+		rendered := map[string]any{
+			"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"name": name, "namespace": ns, "labels": meta["labels"]},
+			"spec": map[string]any{
+				"hostname": name, "subdomain": cluster, "restartPolicy": "Always",
+				"containers": []any{map[string]any{
+					"name": "etcd", "image": "quay.io/coreos/etcd:v" + version,
+					"command": []any{"/usr/local/bin/etcd", "--name=" + name, "--data-dir=/var/etcd/data",
+						"--initial-cluster-state=existing", "--initial-cluster-token=bench-" + uid},
+				}},
+			},
+		}
+		applied, _ := json.Marshal(rendered)
+		meta["annotations"] = map[string]any{sync.LastAppliedAnnotation: string(applied)}
+		spec := pod["spec"].(map[string]any)
+		spec["hostname"], spec["subdomain"] = name, cluster
+		spec["containers"].([]any)[0].(map[string]any)["image"] = "quay.io/coreos/etcd:v" + version
+		now := time.Now().UTC().Format(time.RFC3339)
+		pod["status"] = map[string]any{
+			"phase": "Running", "podIP": "10.0.0.1",
+			"conditions": []any{
+				map[string]any{"type": "Ready", "status": "True", "lastTransitionTime": now},
+				map[string]any{"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+			},
+			"containerStatuses": []any{map[string]any{"name": "etcd", "ready": true, "restartCount": 0, "image": "quay.io/coreos/etcd:v" + version,
+				"state": map[string]any{"running": map[string]any{"startedAt": now}}}},
+		}
+		pods[name] = pod
+	}
+	req := map[string]any{
+		"controller": map[string]any{"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController", "metadata": map[string]any{"name": "etcd-hook"}},
+		"parent": map[string]any{
+			"apiVersion": v1beta2.APIVersion, "kind": v1beta2.Kind,
+			"metadata": map[string]any{"name": cluster, "namespace": ns, "uid": uid, "generation": 1},
+			"spec":     map[string]any{"size": len(members), "version": version},
+			"status":   status,
+		},
+		"children": map[string]any{
+			"Pod.v1":                        pods,
+			"Service.v1":                    map[string]any{},
+			"PersistentVolumeClaim.v1":      map[string]any{},
+			"PodDisruptionBudget.policy/v1": map[string]any{},
+		},
+		"related":    map[string]any{},
+		"finalizing": false,
+	}
+	return json.Marshal(req)
+}
+
+func deepCopy(v map[string]any) map[string]any {
+	b, _ := json.Marshal(v)
+	var out map[string]any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
