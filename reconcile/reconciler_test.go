@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,25 +21,6 @@ import (
 	"github.com/etcdhook/etcd-hook/sync"
 )
 
-// loopbackDialer stands in for cluster DNS: member Pods are named after
-// the etcdtest members, and their DNS client URLs map to loopback ones.
-type loopbackDialer struct {
-	pool  *etcdclient.Pool
-	byPod map[string]string
-}
-
-func (d loopbackDialer) Cluster(key string, endpoints []string) (etcdclient.Cluster, error) {
-	var real []string
-	for _, ep := range endpoints {
-		host := strings.TrimPrefix(ep, "http://")
-		pod, _, _ := strings.Cut(host, ".")
-		if url, ok := d.byPod[pod]; ok {
-			real = append(real, url)
-		}
-	}
-	return d.pool.Cluster(key, real)
-}
-
 type countingRecorder struct{ actions []string }
 
 func (r *countingRecorder) MembershipAction(a sync.ActionType, result string) {
@@ -50,13 +30,9 @@ func (r *countingRecorder) MembershipAction(a sync.ActionType, result string) {
 func newReconciler(t *testing.T, ec *etcdtest.Cluster, suffix byte) (*reconcile.Reconciler, *countingRecorder) {
 	pool := etcdclient.NewPool()
 	t.Cleanup(pool.Close)
-	byPod := map[string]string{}
-	for _, m := range ec.Members {
-		byPod[m.Name] = m.ClientURL
-	}
 	rec := &countingRecorder{}
 	return &reconcile.Reconciler{
-		Dialer:   loopbackDialer{pool, byPod},
+		Dialer:   etcdtest.NewDialer(pool, ec),
 		Recorder: rec,
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Random:   repeatReader(suffix),

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,24 +18,6 @@ import (
 	"github.com/etcdhook/etcd-hook/reconcile"
 	"github.com/etcdhook/etcd-hook/sync"
 )
-
-// loopbackDialer stands in for cluster DNS: a member's DNS client URL is
-// mapped to the loopback URL of the etcd process of the same name.
-type loopbackDialer struct {
-	pool  *etcdclient.Pool
-	byPod map[string]string
-}
-
-func (d loopbackDialer) Cluster(key string, endpoints []string) (etcdclient.Cluster, error) {
-	real := make([]string, 0, len(endpoints))
-	for _, ep := range endpoints {
-		pod, _, _ := strings.Cut(strings.TrimPrefix(ep, "http://"), ".")
-		if url, ok := d.byPod[pod]; ok {
-			real = append(real, url)
-		}
-	}
-	return d.pool.Cluster(key, real)
-}
 
 type nopRecorder struct{}
 
@@ -56,14 +37,12 @@ func newRig(tb testing.TB, members int) *rig {
 	ec := etcdtest.StartCluster(tb, etcdtest.Options{Size: members})
 	pool := etcdclient.NewPool()
 	tb.Cleanup(pool.Close)
-	byPod := map[string]string{}
 	var names []string
 	for _, m := range ec.Members {
-		byPod[m.Name] = m.ClientURL
 		names = append(names, m.Name)
 	}
 	reconciler := &reconcile.Reconciler{
-		Dialer:   loopbackDialer{pool, byPod},
+		Dialer:   etcdtest.NewDialer(pool, ec),
 		Recorder: nopRecorder{},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
