@@ -231,3 +231,35 @@ func find(members []sync.Member, peerURL string) *sync.Member {
 	}
 	return nil
 }
+
+// TestRestartedMemberIsSeenSoon: a member restarts for an upgrade while the
+// hook keeps syncing. Each sync's failed Status grows gRPC's reconnect
+// backoff (1 s ×1.6 up to 120 s by default), and a member that is back
+// would stay unreachable to the hook for the rest of it: the rollout would
+// wait seconds per member, minutes after a longer outage.
+func TestRestartedMemberIsSeenSoon(t *testing.T) {
+	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 3})
+	c := dial(t, "test/restart", ec.Endpoints())
+	readMembership(t, c)
+	ec.Stop(1)
+	// Syncs while it is down, as often as the hook makes them while it
+	// waits for a restarting member.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		readMembership(t, c)
+		time.Sleep(250 * time.Millisecond)
+	}
+	ec.Start(1)
+	ec.Members[1].WaitHealthy()
+	back := time.Now()
+	for {
+		ms := readMembership(t, c)
+		if m := find(ms.Members, ec.Members[1].PeerURL); m != nil && m.Reachable {
+			break
+		}
+		if waited := time.Since(back); waited > 1500*time.Millisecond {
+			t.Fatalf("member %s healthy again for %v, still unreachable to the hook", ec.Members[1].Name, waited)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("reachable %v after it was healthy again", time.Since(back).Round(time.Millisecond))
+}

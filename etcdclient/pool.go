@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // Pool caches clients per cluster and closes those of clusters that have
@@ -80,6 +81,13 @@ func newClient(endpoints []string) (*clientv3.Client, error) {
 		// sync is the retry.
 		MaxUnaryRetries: 1,
 		Logger:          zap.NewNop(),
-		DialOptions:     []grpc.DialOption{},
+		// gRPC's default reconnect backoff grows to 120 s. A member that
+		// restarts (every member does, in an upgrade) fails the Status of
+		// each sync meanwhile, and the hook would then not see it back for
+		// as long as the backoff had grown: the rollout waits on it.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: CallTimeout,
+		})},
 	})
 }

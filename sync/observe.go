@@ -57,18 +57,28 @@ func (p *planner) observe() report {
 }
 
 // podImagesCondition judges a version change from the Pods alone, for
-// syncs without a usable membership.
+// syncs without a usable membership. Without etcd's word no member can be
+// seen running the target, so a rollout under way stays under way.
 func (p *planner) podImagesCondition() condition {
-	var behind []string
+	var behind, failing []string
+	rolling := p.rolling()
 	for name, pod := range p.o.Pods {
-		if containerImage(pod) != p.spec.Image() {
+		switch {
+		case containerImage(pod) != p.spec.Image():
 			behind = append(behind, name)
+		case rolling && podFailure(pod) != "":
+			failing = append(failing, fmt.Sprintf("member %s on %s is not healthy: %s", name, p.spec.Image(), podFailure(pod)))
 		}
 	}
-	if len(behind) == 0 {
-		return conditionFalse(ReasonUpToDate, "every member runs "+p.spec.Image())
+	switch {
+	case len(failing) > 0:
+		return conditionTrue(ReasonUpgradeHalted, "upgrade halted: "+strings.Join(sorted(failing), "; "))
+	case len(behind) > 0:
+		return conditionTrue(ReasonRollingUpgrade, fmt.Sprintf("members not yet on %s: %s", p.spec.Image(), strings.Join(sorted(behind), ", ")))
+	case rolling:
+		return conditionTrue(ReasonRollingUpgrade, "upgrading to "+p.spec.Version+": etcd does not answer, so no member is seen running it yet")
 	}
-	return conditionTrue(ReasonRollingUpgrade, fmt.Sprintf("members not yet on %s: %s", p.spec.Image(), strings.Join(sorted(behind), ", ")))
+	return conditionFalse(ReasonUpToDate, "every member runs "+p.spec.Image())
 }
 
 // quorumPhase says whether etcd can commit, from the members that answered.

@@ -167,8 +167,11 @@ func (p *planner) nextStep(views []memberView, upgrade upgradeState) stepResult 
 		}
 	}
 	if len(unready) > 0 {
-		if upgrade.halted != "" {
+		switch {
+		case upgrade.halted != "":
 			return waiting(ReasonUpgradeHalted, "upgrade halted: "+upgrade.halted)
+		case upgrade.upgrading != "":
+			return waiting(ReasonRollingUpgrade, "upgrading "+upgrade.upgrading)
 		}
 		return waiting(ReasonWaitingForMember, "waiting for members to become ready: "+strings.Join(unready, ", "))
 	}
@@ -178,7 +181,7 @@ func (p *planner) nextStep(views []memberView, upgrade upgradeState) stepResult 
 		return p.grow(views)
 	case len(views) > size:
 		return p.shrink(views, leader)
-	case len(upgrade.pending) > 0 || upgrade.halted != "":
+	case len(upgrade.pending) > 0 || upgrade.halted != "" || upgrade.upgrading != "":
 		return p.upgrade(views, leader, upgrade)
 	}
 	return stepResult{}

@@ -9,15 +9,20 @@ import (
 
 // withoutMembership plans a sync in which etcd's membership could not be
 // read. Nothing may be removed, since nothing can be proven not to be a
-// member: every Pod and claim is kept, and members whose Pod is gone but
-// whose data is on a claim get their Pod back, which is how a cluster whose
-// Pods all died comes back with its data.
+// member: every Pod and claim is kept (a Pod the kubelet cannot run on
+// another image than the target's gets the target's: see rescuable), and
+// members whose Pod is gone but whose data is on a claim get their Pod
+// back, which is how a cluster whose Pods all died comes back with its data.
 func (p *planner) withoutMembership() Decision {
 	o, c := p.o, p.o.Cluster
 	children := p.commonChildren()
 	live := 0
 	for _, pod := range o.Pods {
-		children = append(children, keepPod(pod))
+		if p.rescuable(pod) {
+			children = append(children, p.reimagedPod(pod))
+		} else {
+			children = append(children, keepPod(pod))
+		}
 		live++
 	}
 	recovered := 0

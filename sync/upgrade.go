@@ -6,6 +6,9 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
 )
 
 // Reasons of the Upgrading condition.
@@ -46,24 +49,23 @@ func containerImage(pod *corev1.Pod) string {
 	return ""
 }
 
-// podTrouble explains why a Pod's etcd container is not ready, from the
-// kubelet's own words.
-func podTrouble(pod *corev1.Pod) string {
-	if pod == nil {
-		return "its Pod is gone"
+// podFailure is the kubelet's word that a member's container cannot run
+// as it is: an image that cannot be pulled, a crash loop, a container it
+// cannot create, a Pod that ended. A container being created or restarted
+// is no failure: every member goes through that on its way to a new image.
+func podFailure(pod *corev1.Pod) string {
+	if podFinished(pod) {
+		return "its Pod is " + string(pod.Status.Phase)
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name != "etcd" {
 			continue
 		}
-		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
 			return strings.TrimSpace(w.Reason + ": " + w.Message)
 		}
-		if t := cs.LastTerminationState.Terminated; t != nil && cs.RestartCount > 0 {
-			return fmt.Sprintf("restarted %d times, last exit %d (%s)", cs.RestartCount, t.ExitCode, t.Reason)
-		}
 	}
-	return "its Pod is not ready (phase " + string(pod.Status.Phase) + ")"
+	return ""
 }
 
 // reimagedPod is a kept Pod with the target image: the one change
@@ -93,11 +95,31 @@ func (p *planner) reimagedPod(pod *corev1.Pod) Child {
 	return Child{Kind: KindPod, Name: pod.Name, Object: &out}
 }
 
+// rescuable: without a membership to read, a Pod that the kubelet cannot
+// run, on an image other than the target, gets the target image at once,
+// as withMembership does for a member down on another image. It serves
+// nothing as it is, and a single member that an upgrade broke leaves no
+// etcd to read the membership from: setting the previous version back must
+// rescue it all the same. The skew rule is held against the version etcd
+// reported last.
+func (p *planner) rescuable(pod *corev1.Pod) bool {
+	if containerImage(pod) == p.spec.Image() || podReady(pod) || podFailure(pod) == "" {
+		return false
+	}
+	ok, _ := versionChangeAllowed(p.o.Cluster.Status.CurrentVersion, p.spec.Version)
+	return ok
+}
+
 // upgradeState says where a rolling change of version stands.
 type upgradeState struct {
 	pending []memberView // members whose Pod runs another image
-	// halted names a member already on the target image that is not
-	// healthy on it: the rollout goes no further until it is.
+	done    int          // members that run the target, answer and have caught up
+	// upgrading names a member already on the target image that does not
+	// run it healthily yet, and what it is at: restarting, catching up.
+	// The rollout waits for it.
+	upgrading string
+	// halted names a member on the target image whose Pod the kubelet
+	// reports failing: the rollout goes no further until it runs.
 	halted string
 }
 
@@ -114,16 +136,37 @@ func (p *planner) upgradeState(views []memberView, leader memberView) upgradeSta
 			upgraded = append(upgraded, v)
 		}
 	}
-	if len(st.pending) == 0 {
+	// Only a rollout, or its last member still on its way, has anything to
+	// wait for: a member of a cluster at rest that is unwell is the other
+	// steps' business.
+	if len(st.pending) == 0 && !p.rolling() {
 		return st
 	}
 	for _, v := range upgraded {
-		if !p.runsTarget(v, leader) {
-			st.halted = fmt.Sprintf("member %s on %s is not healthy: %s", v.name, target, p.memberTrouble(v))
+		if p.runsTarget(v, leader) {
+			st.done++
+			continue
+		}
+		if why := podFailure(v.pod); why != "" {
+			st.halted = fmt.Sprintf("member %s on %s is not healthy: %s", v.name, target, why)
 			break
+		}
+		if st.upgrading == "" {
+			st.upgrading = fmt.Sprintf("member %s, which %s", v.name, p.upgradeProgress(v))
 		}
 	}
 	return st
+}
+
+// rolling: the previous status reported a rollout under way, so the
+// members it changed last are still to be seen running the target.
+func (p *planner) rolling() bool {
+	for _, c := range p.o.Cluster.Status.Conditions {
+		if c.Type == v1beta2.ConditionUpgrading {
+			return c.Status == metav1.ConditionTrue && p.o.Cluster.Status.TargetVersion == p.spec.Version
+		}
+	}
+	return false
 }
 
 // runsTarget: the member answers, reports the target version, and has
@@ -137,46 +180,73 @@ func (p *planner) runsTarget(v, leader memberView) bool {
 	return v.ID == leader.ID || learnerCaughtUp(v.Member, leader.Member)
 }
 
-func (p *planner) memberTrouble(v memberView) string {
-	if v.ready && v.Reachable {
-		return fmt.Sprintf("it reports version %q and raft index %d", v.Version, v.RaftIndex)
+// upgradeProgress says what a member on the target image is waiting for.
+// It names no raft index: the status would change on every sync, and each
+// change of status makes Metacontroller sync again at once.
+func (p *planner) upgradeProgress(v memberView) string {
+	switch {
+	case !v.ready:
+		return "is restarting on " + p.spec.Version
+	case !v.Reachable:
+		return "does not answer yet"
+	case v.Version != p.spec.Version:
+		return fmt.Sprintf("still runs %s", v.Version)
 	}
-	return podTrouble(v.pod)
+	return "is catching up with the leader"
 }
 
 // upgrade changes one member's image, leader last, after leadership has
 // moved away from it.
 func (p *planner) upgrade(views []memberView, leader memberView, st upgradeState) stepResult {
-	if st.halted != "" {
+	switch {
+	case st.halted != "":
 		return waiting(ReasonUpgradeHalted, "upgrade halted: "+st.halted)
+	case st.upgrading != "":
+		return waiting(ReasonRollingUpgrade, "upgrading "+st.upgrading)
 	}
 	for _, v := range st.pending {
 		if v.ID != leader.ID {
-			return stepResult{
-				reimage:     v.pod,
-				progressing: conditionTrue(ReasonRollingUpgrade, fmt.Sprintf("upgrading member %s to %s", v.name, p.spec.Version)),
-				resync:      resyncWaiting,
-			}
+			return p.reimageStep(v)
 		}
 	}
+	if len(views) == 1 {
+		// A single member has nobody to hand leadership to: the restart
+		// on the new image is an outage it cannot avoid, and refusing it
+		// would leave the cluster on the old version for good.
+		return p.reimageStep(leader)
+	}
 	return p.moveLeaderOff(views, leader, fmt.Sprintf("before %s is upgraded", leader.name))
+}
+
+func (p *planner) reimageStep(v memberView) stepResult {
+	return stepResult{
+		reimage:     v.pod,
+		progressing: conditionTrue(ReasonRollingUpgrade, fmt.Sprintf("upgrading member %s to %s", v.name, p.spec.Version)),
+		resync:      resyncWaiting,
+	}
 }
 
 // upgradingCondition reports the rollout for the Upgrading condition.
 func (p *planner) upgradingCondition(views []memberView, st upgradeState, step stepResult) condition {
 	switch {
-	case step.progressing.reason == ReasonUpgradeHalted:
-		return conditionTrue(ReasonUpgradeHalted, step.progressing.message)
-	case len(st.pending) == 0:
+	case st.halted != "":
+		return conditionTrue(ReasonUpgradeHalted, "upgrade halted: "+st.halted)
+	case len(st.pending) == 0 && st.upgrading == "":
 		return conditionFalse(ReasonUpToDate, "every member runs "+p.spec.Image())
 	}
-	names := make([]string, len(st.pending))
-	for i, v := range st.pending {
-		names[i] = v.name
+	msg := fmt.Sprintf("%d of %d members run %s", st.done, len(views), p.spec.Version)
+	if len(st.pending) > 0 {
+		names := make([]string, len(st.pending))
+		for i, v := range st.pending {
+			names[i] = v.name
+		}
+		msg += "; still to upgrade: " + strings.Join(names, ", ")
 	}
-	msg := fmt.Sprintf("%d of %d members run %s; still to upgrade: %s", len(views)-len(st.pending), len(views), p.spec.Version, strings.Join(names, ", "))
-	if step.reimage != nil {
+	switch {
+	case step.reimage != nil:
 		msg = fmt.Sprintf("upgrading member %s; %s", step.reimage.Name, msg)
+	case st.upgrading != "":
+		msg = fmt.Sprintf("upgrading %s; %s", st.upgrading, msg)
 	}
 	return conditionTrue(ReasonRollingUpgrade, msg)
 }

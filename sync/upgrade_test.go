@@ -21,10 +21,10 @@ func memberOn(id uint64, n, version string) Member {
 	return m
 }
 
-// upgradeCluster is three ready members, member 1 (m0) the leader, with
-// the given versions on their Pods and reported by etcd.
+// upgradeCluster is one ready member per version, member 1 (m0) the
+// leader, with the versions on their Pods and reported by etcd.
 func upgradeCluster(target string, versions ...string) *Observed {
-	c := newCluster(3, target)
+	c := newCluster(len(versions), target)
 	c.Status.Phase = v1beta2.PhaseRunning
 	o := observed(c)
 	o.Membership = membership(1)
@@ -33,6 +33,29 @@ func upgradeCluster(target string, versions ...string) *Observed {
 		o.Membership.Members = append(o.Membership.Members, memberOn(uint64(i+1), name(i), v))
 	}
 	return o
+}
+
+// restarting is a Pod whose etcd container the kubelet stopped for a new
+// image (SIGTERM, exit 143) and starts again.
+func restarting(p *corev1.Pod) *corev1.Pod {
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: "etcd", RestartCount: 1,
+		State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143, Reason: "Error"}},
+	}}
+	return p
+}
+
+// unreadable is a single-member cluster whose only Pod cannot pull its
+// image (on version), so that no etcd answers and there is no membership.
+func unreadable(target, version string) *Observed {
+	c := newCluster(1, target)
+	c.Status.Phase = v1beta2.PhaseRunning
+	pod := onVersion(memberPod(name(0), corev1.PodRunning, false), version)
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "etcd", RestartCount: 1, State: corev1.ContainerState{
+		Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "not found"},
+	}}}
+	return observed(c, pod)
 }
 
 type upgradeSummary struct {
@@ -66,6 +89,8 @@ func TestPlanUpgrade(t *testing.T) {
 		reason string
 		in     *Observed
 		want   upgradeSummary
+		// wantMessage is part of the Upgrading condition's message.
+		wantMessage string
 	}{{
 		name:   "first follower",
 		reason: "one member at a time, in place, and never the leader first",
@@ -85,11 +110,58 @@ func TestPlanUpgrade(t *testing.T) {
 		want:   upgradeSummary{Action: "move-leader " + name(1), Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonRollingUpgrade},
 	}, {
 		name:   "wait for the upgraded member to report the new version",
-		reason: "its Pod has the new image but etcd still reports the old binary: the container has not restarted yet",
+		reason: "its Pod has the new image but etcd still reports the old binary: the container has not restarted yet, which is progress, not a halt",
 		in: with(upgradeCluster(next, old, old, old), func(o *Observed) {
 			onVersion(o.Pods[name(1)], next)
 		}),
-		want: upgradeSummary{Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonUpgradeHalted},
+		want:        upgradeSummary{Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonRollingUpgrade},
+		wantMessage: "upgrading member demo-m1, which still runs 3.5.35",
+	}, {
+		name: "a member restarting on the new image is in progress",
+		reason: "the kubelet stopped the old container (exit 143) and starts the new one: every member goes through this, " +
+			"and the condition names it instead of calling the rollout halted",
+		in: with(upgradeCluster(next, old, old, old), func(o *Observed) {
+			o.Pods[name(1)] = restarting(onVersion(memberPod(name(1), corev1.PodRunning, false), next))
+			o.Membership.Members[1] = down(o.Membership.Members[1])
+		}),
+		want:        upgradeSummary{Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonRollingUpgrade},
+		wantMessage: "upgrading member demo-m1, which is restarting on 3.6.16",
+	}, {
+		name:   "the last member's restart keeps the rollout open",
+		reason: "every Pod has the new image, but the former leader does not run it yet: the rollout is not done",
+		in: with(upgradeCluster(next, next, next, next), func(o *Observed) {
+			o.Cluster.Status.TargetVersion = next
+			o.Cluster.Status.Conditions = []v1beta2.ClusterCondition{{Type: v1beta2.ConditionUpgrading, Status: "True", Reason: ReasonRollingUpgrade}}
+			o.Membership.LeaderID = 2
+			o.Pods[name(0)] = restarting(onVersion(memberPod(name(0), corev1.PodRunning, false), next))
+			o.Membership.Members[0] = down(o.Membership.Members[0])
+		}),
+		want:        upgradeSummary{Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonRollingUpgrade},
+		wantMessage: "upgrading member demo-m0, which is restarting on 3.6.16",
+	}, {
+		name:   "the last member failing halts the rollout",
+		reason: "a crash loop on the new version is reported even when no member is left to upgrade",
+		in: with(upgradeCluster(next, next, next, next), func(o *Observed) {
+			o.Cluster.Status.TargetVersion = next
+			o.Cluster.Status.Conditions = []v1beta2.ClusterCondition{{Type: v1beta2.ConditionUpgrading, Status: "True", Reason: ReasonRollingUpgrade}}
+			o.Membership.LeaderID = 2
+			broken := onVersion(memberPod(name(0), corev1.PodRunning, false), next)
+			broken.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "etcd", RestartCount: 3, State: corev1.ContainerState{
+				Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s restarting failed container"},
+			}}}
+			o.Pods[name(0)] = broken
+			o.Membership.Members[0] = down(o.Membership.Members[0])
+		}),
+		want:        upgradeSummary{Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonUpgradeHalted},
+		wantMessage: "member demo-m0 on quay.io/coreos/etcd:v3.6.16 is not healthy: CrashLoopBackOff",
+	}, {
+		name:   "a member restarting in a cluster at rest is no upgrade",
+		reason: "a kill -9 restarts a member on the image it had; no rollout was under way",
+		in: with(upgradeCluster(next, next, next, next), func(o *Observed) {
+			o.Pods[name(1)] = restarting(onVersion(memberPod(name(1), corev1.PodRunning, false), next))
+			o.Membership.Members[1] = down(o.Membership.Members[1])
+		}),
+		want: upgradeSummary{Reimaged: map[string]string{}, Upgrading: "False", Reason: ReasonUpToDate},
 	}, {
 		name:   "halted on a member that cannot run the new image",
 		reason: "the rollout stops and names the member and the kubelet's reason",
@@ -101,7 +173,8 @@ func TestPlanUpgrade(t *testing.T) {
 			o.Pods[name(1)] = broken
 			o.Membership.Members[1] = down(o.Membership.Members[1])
 		}),
-		want: upgradeSummary{Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonUpgradeHalted},
+		want:        upgradeSummary{Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonUpgradeHalted},
+		wantMessage: "member demo-m1 on quay.io/coreos/etcd:v3.6.16 is not healthy: ImagePullBackOff: not found",
 	}, {
 		name:   "setting the previous version back rescues the broken member",
 		reason: "a member down on an image other than the target is changed at once",
@@ -111,6 +184,50 @@ func TestPlanUpgrade(t *testing.T) {
 		}),
 		want: upgradeSummary{Reimaged: map[string]string{name(1): "quay.io/coreos/etcd:v" + old},
 			Upgrading: "True", Reason: ReasonRollingUpgrade},
+	}, {
+		name:   "a single member is upgraded in place",
+		reason: "it has nobody to hand leadership to; waiting for one would never end",
+		in:     upgradeCluster(next, old),
+		want: upgradeSummary{Reimaged: map[string]string{name(0): "quay.io/coreos/etcd:v" + next},
+			Upgrading: "True", Reason: ReasonRollingUpgrade},
+		wantMessage: "upgrading member demo-m0",
+	}, {
+		name: "a single member broken by an upgrade is rescued without a membership",
+		reason: "its Pod cannot pull the new image, so no etcd answers; setting the previous version back " +
+			"must change its image all the same",
+		in: with(unreadable(old, next), func(o *Observed) {
+			o.Cluster.Status.CurrentVersion = old
+		}),
+		want: upgradeSummary{Reimaged: map[string]string{name(0): "quay.io/coreos/etcd:v" + old},
+			Upgrading: "True", Reason: ReasonRollingUpgrade},
+	}, {
+		name:   "a single member broken by an upgrade is reported halted",
+		reason: "the rollout was under way and the only member cannot run the new image",
+		in: with(unreadable(next, next), func(o *Observed) {
+			o.Cluster.Status.CurrentVersion = old
+			o.Cluster.Status.TargetVersion = next
+			o.Cluster.Status.Conditions = []v1beta2.ClusterCondition{{Type: v1beta2.ConditionUpgrading, Status: "True", Reason: ReasonRollingUpgrade}}
+		}),
+		want:        upgradeSummary{Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonUpgradeHalted},
+		wantMessage: "member demo-m0 on quay.io/coreos/etcd:v3.6.16 is not healthy: ImagePullBackOff",
+	}, {
+		name: "a single member restarting for its upgrade keeps the rollout open",
+		reason: "while its old etcd stops, no etcd answers, its Pod may still read Ready and the kubelet names no failure: " +
+			"nothing shows it runs the new version yet",
+		in: with(unreadable(next, next), func(o *Observed) {
+			o.Pods[name(0)] = restarting(onVersion(readyPod(name(0)), next))
+			o.Cluster.Status.TargetVersion = next
+			o.Cluster.Status.Conditions = []v1beta2.ClusterCondition{{Type: v1beta2.ConditionUpgrading, Status: "True", Reason: ReasonRollingUpgrade}}
+		}),
+		want:        upgradeSummary{Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonRollingUpgrade},
+		wantMessage: "upgrading to 3.6.16: etcd does not answer",
+	}, {
+		name:   "the skew rule holds without a membership",
+		reason: "etcd last reported 3.4: a Pod stuck on another image is not moved on to 3.6",
+		in: with(unreadable(next, "3.5.99"), func(o *Observed) {
+			o.Cluster.Status.CurrentVersion = "3.4.23"
+		}),
+		want: upgradeSummary{Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonRollingUpgrade},
 	}, {
 		name:   "skipping a minor version is refused",
 		reason: "3.4 to 3.6: nothing changes and the rule is named",
@@ -135,9 +252,13 @@ func TestPlanUpgrade(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := summarizeUpgrade(tt.in, Plan(tt.in))
+			d := Plan(tt.in)
+			got := summarizeUpgrade(tt.in, d)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("%s\nPlan() mismatch (-want +got):\n%s", tt.reason, diff)
+			}
+			if msg := conditionOf(d.Status, v1beta2.ConditionUpgrading).Message; !strings.Contains(msg, tt.wantMessage) {
+				t.Errorf("%s\nUpgrading message %q does not contain %q", tt.reason, msg, tt.wantMessage)
 			}
 		})
 	}
@@ -157,5 +278,23 @@ func TestRefusedVersionKeepsEveryChild(t *testing.T) {
 	}
 	if d.Status.CurrentVersion != "3.4.23" || d.Status.TargetVersion != "3.6.16" {
 		t.Errorf("versions: current %q target %q", d.Status.CurrentVersion, d.Status.TargetVersion)
+	}
+}
+
+// TestUpgradeStatusIgnoresRaftIndex: while an upgraded member catches up,
+// its raft index moves on every sync. A status that named it would change
+// on every sync, and Metacontroller syncs again on every change of status.
+func TestUpgradeStatusIgnoresRaftIndex(t *testing.T) {
+	at := func(index uint64) v1beta2.ClusterStatus {
+		o := upgradeCluster("3.6.16", "3.5.35", "3.6.16", "3.5.35")
+		o.Membership.Members[1].RaftIndex = index
+		return Plan(o).Status
+	}
+	first := at(10)
+	if up := conditionOf(first, v1beta2.ConditionUpgrading); up.Reason != ReasonRollingUpgrade {
+		t.Fatalf("Upgrading = %+v, want %s while demo-m1 catches up", up, ReasonRollingUpgrade)
+	}
+	if diff := cmp.Diff(first, at(50)); diff != "" {
+		t.Errorf("status changed with the catching-up member's raft index (-at 10 +at 50):\n%s", diff)
 	}
 }
