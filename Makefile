@@ -107,13 +107,14 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 # measured in one run with real etcd clusters of 1, 3, 5 and 7 members; then
 # the Go benchmarks of the same pairs.
 bench: build etcd-bins ## measure the hook against its floor (BENCHMARKS.md tables)
-	BENCH_REPORT=1 BENCH_REPORT_FILE=$(BIN_DIR)/hook-cost.md $(GO) test ./test/bench -run '^TestHookCostReport$$' -count=1 -v -timeout 20m
+	BENCH_REPORT=1 BENCH_REPORT_FILE=$(BIN_DIR)/hook-cost.md BENCH_ISOLATION_FILE=$(BIN_DIR)/isolation.md \
+		$(GO) test ./test/bench -run '^Test.*Report$$' -count=1 -v -timeout 20m
 	$(GO) test ./test/bench -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -count=1
 	ETCDHOOK_E2E_REPORT=$(BIN_DIR)/convergence.md $(GO) test ./test/e2e/ -count=1 -timeout 15m
-	@echo "tables: $(BIN_DIR)/hook-cost.md $(BIN_DIR)/convergence.md"
+	@echo "tables: $(BIN_DIR)/hook-cost.md $(BIN_DIR)/isolation.md $(BIN_DIR)/convergence.md"
 
 bench-quick: build etcd-bins ## a short hook-cost run, for CI-sized checks (under 2 minutes)
-	BENCH_REPORT=1 BENCH_SAMPLES=300 BENCH_WINDOW_MS=500 $(GO) test ./test/bench -run '^TestHookCostReport$$' -count=1 -v -timeout 5m
+	BENCH_REPORT=1 BENCH_SAMPLES=300 BENCH_WINDOW_MS=500 $(GO) test ./test/bench -run '^Test.*Report$$' -count=1 -v -timeout 5m
 
 manifests: $(CONTROLLER_GEN) ## regenerate the CRD under manifests/crd from api/
 	$(CONTROLLER_GEN) crd paths=$(CRD_PATHS) output:crd:artifacts:config=$(CRD_DIR)

@@ -47,11 +47,16 @@ func moduleRoot() string {
 // members: each a running, ready Pod carrying the hook's own rendering as
 // its last applied configuration, and the status the hook last wrote.
 func steadyRequest(members []string, version string, status v1beta2.ClusterStatus) ([]byte, error) {
+	return clusterRequest("bench", "5d1b0c6e-2a3f-4b8e-9c7d-000000000001", members, version, status)
+}
+
+// clusterRequest is steadyRequest for a cluster of any name.
+func clusterRequest(cluster, uid string, members []string, version string, status v1beta2.ClusterStatus) ([]byte, error) {
 	template, err := capturedPod()
 	if err != nil {
 		return nil, err
 	}
-	const cluster, ns, uid = "bench", "default", "5d1b0c6e-2a3f-4b8e-9c7d-000000000001"
+	const ns = "default"
 	pods := map[string]any{}
 	for _, name := range members {
 		pod := deepCopy(template)
