@@ -82,8 +82,18 @@ test: ## what CI runs: lint, verify-manifests, etcd-bins, unit, apiserver, e2e, 
 unit: $(CONTROLLER_GEN) ## unit tests: go test of every package but test/e2e
 	$(GO) test -count=1 $(UNIT_PKGS)
 
-e2e: build etcd-bins ## end-to-end tests (test/e2e)
+e2e: build etcd-bins e2e-deps ## end-to-end tests (test/e2e)
 	$(GO) test ./test/e2e/... -count=1 -timeout 15m -v
+
+# The harness partitions a member with nftables (this kernel has no netem):
+# Debian's nftables package, installed where missing. Root is required for
+# the harness anyway (mount namespaces, DNS on port 53).
+.PHONY: e2e-deps
+e2e-deps:
+	@command -v nft >/dev/null 2>&1 || { \
+		echo "installing nftables (apt) for the e2e partition scenarios"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nftables >/dev/null; }
 
 # Runs every Fuzz target of every package for FUZZTIME each. Packages are
 # pre-filtered on "func Fuzz" in their test files so that only those are

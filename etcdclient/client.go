@@ -69,13 +69,39 @@ type endpointStatus struct {
 
 func (st endpointStatus) voter() bool { return st.err == nil && st.resp != nil && !st.resp.IsLearner }
 
+// lister reports whether the member can be asked for the linearizable
+// member list: a voter that knows a leader. A voter without one (cut off
+// from its peers, or back from a partition and not yet heard from the
+// leader) answers Status at once but holds a linearizable read until the
+// time is up, and the list would then be read locally and marked stale: a
+// quorum that is there reported lost.
+func (st endpointStatus) lister() bool { return st.voter() && st.resp.Leader != 0 }
+
 func (c *cluster) status(ctx context.Context, ep string) endpointStatus {
 	cli, err := c.endpointClient(ep)
 	if err != nil {
 		return endpointStatus{endpoint: ep, err: err}
 	}
 	resp, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+	if err != nil && ctx.Err() != nil {
+		c.forget(ep, cli)
+	}
 	return endpointStatus{endpoint: ep, resp: resp, err: err}
+}
+
+// forget closes the client of an endpoint that did not answer in time, so
+// that the next sync dials it afresh. Its connection may be stalled rather
+// than broken: after a network partition heals, TCP retransmits what was
+// sent into it only as its backoff allows, tens of seconds after a long
+// cut, and gRPC's keepalive pings only while a call is in flight. Kept, it
+// would hide a member that is back from every sync until then.
+func (c *cluster) forget(ep string, cli *clientv3.Client) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.each[ep] == cli {
+		delete(c.each, ep)
+		_ = cli.Close()
+	}
 }
 
 type listResult struct {
@@ -84,9 +110,9 @@ type listResult struct {
 }
 
 // Membership asks every endpoint for its status at once, and the first
-// voter that answers for the member list, while the others are still
-// answering: a member that does not answer costs the timeout once, in
-// parallel with the rest, not once per call.
+// voter that answers with a leader for the member list, while the others
+// are still answering: a member that does not answer costs the timeout
+// once, in parallel with the rest, not once per call.
 func (c *cluster) Membership(ctx context.Context) (*sync.Membership, error) {
 	ctx, cancel := bounded(ctx, ObserveTimeout)
 	defer cancel()
@@ -104,7 +130,7 @@ func (c *cluster) Membership(ctx context.Context) (*sync.Membership, error) {
 	for range endpoints {
 		st := <-results
 		statuses = append(statuses, st)
-		if !listing && st.voter() {
+		if !listing && st.lister() {
 			listing = true
 			go func() {
 				resp, err := c.memberList(ctx, st.endpoint)
@@ -112,7 +138,7 @@ func (c *cluster) Membership(ctx context.Context) (*sync.Membership, error) {
 			}()
 		}
 	}
-	listErr := errors.New("no voting member answered")
+	listErr := errors.New("no voting member that knows a leader answered")
 	if listing {
 		res := <-listed
 		if res.err == nil {

@@ -47,7 +47,10 @@
 //     cannot be pulled: the Pod stays Pending in ErrImagePull/ImagePullBackOff.
 //     emptyDir volumes live in the Pod directory and go with the Pod; a PVC
 //     maps to a directory that lives as long as the claim. Fault hooks:
-//     KillContainer (kill -9), Pause/Resume (SIGSTOP/SIGCONT), Signal.
+//     KillContainer (kill -9), Pause/Resume (SIGSTOP/SIGCONT), Signal, and
+//     Partition/Heal (partition.go): with KubeletConfig.PodGroups each Pod
+//     runs under a group of its own, and nftables drops what the Pod sends
+//     and what is sent to it, in a table that dies with the test binary.
 //   - DNSServer (dns.go): the cluster DNS, hand-written on
 //     golang.org/x/net/dns/dnsmessage. <hostname>.<subdomain>.<ns>.svc and
 //     <service>.<ns>.svc (with or without .cluster.local) get A records from

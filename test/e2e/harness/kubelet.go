@@ -47,6 +47,10 @@ type KubeletConfig struct {
 	Tick time.Duration
 	// Logf receives one line per notable Pod event (optional).
 	Logf func(format string, args ...any)
+	// PodGroups runs each Pod's containers with a primary group of their
+	// own (PodGroup), by which Partition recognises the connections a Pod
+	// opens. They still run as root.
+	PodGroups bool
 }
 
 func (c *KubeletConfig) defaults() {
@@ -97,6 +101,9 @@ type Kubelet struct {
 	events  []string
 	runs    []ContainerRun
 	stopped bool
+
+	fwMu sync.Mutex
+	fw   *firewall // of Partition, started on first use
 }
 
 // ContainerRun is one container instance, one process from start to exit.
@@ -196,6 +203,7 @@ func (k *Kubelet) Stop(grace time.Duration) {
 		k.cancel()
 	}
 	k.wg.Wait()
+	k.closeFirewall()
 }
 
 func (k *Kubelet) event(ref Ref, format string, args ...any) {
@@ -617,6 +625,7 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c *ctrState) {
 		Dir:     plan.Dir,
 		LogPath: w.k.ContainerLog(pod.Namespace, pod.Name, c.name),
 		OnExit:  w.poke,
+		Gid:     w.k.podGroup(w.ip),
 	})
 	if err != nil {
 		c.waiting = &corev1.ContainerStateWaiting{Reason: "RunContainerError", Message: err.Error()}

@@ -23,6 +23,7 @@ type ProcSpec struct {
 	Dir     string
 	LogPath string // stdout and stderr are appended here
 	OnExit  func() // called once, after the process has been reaped
+	Gid     uint32 // primary group, 0 to keep the harness' own
 }
 
 // Proc is a started process. Its pid stays valid for signalling until Done is
@@ -154,6 +155,9 @@ func (t *ProcTable) Start(spec ProcSpec) (*Proc, error) {
 		// Safety net when the test binary dies without running cleanups
 		// (go test's timeout panic, SIGKILL): the kernel kills the child.
 		Pdeathsig: syscall.SIGKILL,
+	}
+	if spec.Gid != 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(os.Getuid()), Gid: spec.Gid, NoSetGroups: true}
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
