@@ -127,4 +127,6 @@ func (r *rig) timed(tb testing.TB, path string) time.Duration {
 	return time.Since(start)
 }
 
-func (r *rig) String() string { return fmt.Sprintf("%d members, %d-byte request", r.members, len(r.request)) }
+func (r *rig) String() string {
+	return fmt.Sprintf("%d members, %d-byte request", r.members, len(r.request))
+}
