@@ -143,12 +143,18 @@ func StartReport() error {
 // Report logs the figure and appends it to the report file.
 func Report(t testing.TB, f Figure) {
 	t.Helper()
-	line := f.Line()
-	t.Log("figures: " + ReportHeader[:strings.IndexByte(ReportHeader, '\n')])
-	t.Log("figures: " + line)
-	p, err := reportPath()
+	appendTableLine(t, "figures", ReportHeader, f.Line(), reportPath)
+}
+
+// appendTableLine logs a table line under its header and appends it to the
+// file that path names, if any.
+func appendTableLine(t testing.TB, table, header, line string, path func() (string, error)) {
+	t.Helper()
+	t.Log(table + ": " + header[:strings.IndexByte(header, '\n')])
+	t.Log(table + ": " + line)
+	p, err := path()
 	if err != nil {
-		t.Errorf("report: %v", err)
+		t.Errorf("%s: %v", table, err)
 		return
 	}
 	if p == "" {
@@ -158,12 +164,12 @@ func Report(t testing.TB, f Figure) {
 	defer reportMu.Unlock()
 	file, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		t.Errorf("report: %v", err)
+		t.Errorf("%s: %v", table, err)
 		return
 	}
 	defer file.Close()
 	if _, err := fmt.Fprintln(file, line); err != nil {
-		t.Errorf("report: %v", err)
+		t.Errorf("%s: %v", table, err)
 	}
 }
 

@@ -89,28 +89,7 @@ func ReportFailure(t testing.TB, f Failure) {
 	if t.Failed() {
 		f.Observed = "FAILED: " + f.Observed
 	}
-	line := f.Line()
-	t.Log("failures: " + FailureHeader[:strings.IndexByte(FailureHeader, '\n')])
-	t.Log("failures: " + line)
-	p, err := failureReportPath()
-	if err != nil {
-		t.Errorf("failure report: %v", err)
-		return
-	}
-	if p == "" {
-		return
-	}
-	reportMu.Lock()
-	defer reportMu.Unlock()
-	file, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Errorf("failure report: %v", err)
-		return
-	}
-	defer file.Close()
-	if _, err := fmt.Fprintln(file, line); err != nil {
-		t.Errorf("failure report: %v", err)
-	}
+	appendTableLine(t, "failures", FailureHeader, f.Line(), failureReportPath)
 }
 
 // StartKeepAliveWriter is StartWriter with gRPC keepalive, as etcd's
