@@ -129,30 +129,13 @@ func (c *Cluster) VersionStatus() (VersionStatus, bool) {
 func (c *Cluster) MemberVersions(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
 	for _, name := range c.PodNames() {
-		v, err := etcdVersionAt(ctx, c.MemberURL(name))
+		v, err := etcdServerVersion(ctx, c.MemberURL(name))
 		if err != nil {
 			return nil, err
 		}
 		out[name] = v
 	}
 	return out, nil
-}
-
-// etcdVersionAt is the server version of the etcd at endpoint, from its
-// own Status.
-func etcdVersionAt(ctx context.Context, endpoint string) (string, error) {
-	cli, err := NewClient(endpoint)
-	if err != nil {
-		return "", err
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	st, err := cli.Status(ctx, endpoint)
-	if err != nil {
-		return "", fmt.Errorf("status of %s: %w", endpoint, err)
-	}
-	return st.Version, nil
 }
 
 // Upgraded checks the world against a finished change to version: the
