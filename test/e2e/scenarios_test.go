@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -189,21 +188,6 @@ func TestSeedExampleConverges(t *testing.T) {
 			}
 		})
 	}
-}
-
-func etcdServerVersion(ctx context.Context, endpoint string) (string, error) {
-	cli, err := NewClient(endpoint)
-	if err != nil {
-		return "", err
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	st, err := cli.Status(ctx, endpoint)
-	if err != nil {
-		return "", fmt.Errorf("status of %s: %w", endpoint, err)
-	}
-	return st.Version, nil
 }
 
 // Scenario 2: scale 3 → 5 → 3 → 1 → 3, one step converged before the next.

@@ -333,3 +333,20 @@ func sampleLeader(ctx context.Context, c *Cluster, clients map[string]*memberSta
 	}
 	return names[leader]
 }
+
+// etcdServerVersion is the server version of the etcd at endpoint, from
+// its own Status.
+func etcdServerVersion(ctx context.Context, endpoint string) (string, error) {
+	cli, err := NewClient(endpoint)
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, endpoint)
+	if err != nil {
+		return "", fmt.Errorf("status of %s: %w", endpoint, err)
+	}
+	return st.Version, nil
+}
