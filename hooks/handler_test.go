@@ -149,6 +149,11 @@ func TestCapturedRequests(t *testing.T) {
 		files, _ = filepath.Glob("../../../shared/metacontroller/captured/*.request.json")
 	}
 	if len(files) == 0 {
+		// CI always has shared/ beside the clone: there, a missing
+		// recording is a failure, not a reason to test nothing.
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no captured requests in ../shared/metacontroller/captured")
+		}
 		t.Skip("../shared/metacontroller/captured is not beside the repository")
 	}
 	srv := testServer(t)

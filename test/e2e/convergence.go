@@ -119,8 +119,11 @@ var reportMu sync.Mutex
 // reportPath resolves ETCDHOOK_E2E_REPORT; a relative path is taken from
 // the module root, because go test runs in the package directory while
 // people run make from the root.
-func reportPath() (string, error) {
-	p := os.Getenv(reportEnv)
+func reportPath() (string, error) { return fromModuleRoot(os.Getenv(reportEnv)) }
+
+// fromModuleRoot resolves a relative path from the module root; empty stays
+// empty (no file asked for).
+func fromModuleRoot(p string) (string, error) {
 	if p == "" || filepath.IsAbs(p) {
 		return p, nil
 	}

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
-	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
 // Failure is one fault's line in the failure table, the reliability
@@ -56,14 +55,7 @@ const failureReportEnv = "ETCDHOOK_E2E_FAILURE_REPORT"
 
 func failureReportPath() (string, error) {
 	if p := os.Getenv(failureReportEnv); p != "" {
-		if filepath.IsAbs(p) {
-			return p, nil
-		}
-		root, err := harness.ModuleRoot()
-		if err != nil {
-			return "", err
-		}
-		return filepath.Join(root, p), nil
+		return fromModuleRoot(p)
 	}
 	p, err := reportPath()
 	if err != nil || p == "" {
