@@ -3,62 +3,32 @@ package etcdclient
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	gosync "sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdhook/etcd-hook/sync"
 )
 
-// cluster holds one client per member endpoint. Every call is aimed at a
-// particular member: a learner refuses most RPCs, so a balanced client
-// that may pick the learner would fail at random, and clientv3's own
-// Status dials a fresh connection on every call.
+// cluster is one sync's view of a cluster's member endpoints. Every call is
+// aimed at a particular member: a learner refuses most RPCs, so a balanced
+// client that may pick the learner would fail at random.
 type cluster struct {
-	mu        gosync.Mutex
+	conns     *conns
 	endpoints []string
-	each      map[string]*clientv3.Client
-	newClient func(endpoints []string) (*clientv3.Client, error)
+	// statuses are what the members said in the last Membership.
+	statuses []endpointStatus
 }
 
-func (c *cluster) setEndpoints(endpoints []string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for ep, cli := range c.each {
-		if !slices.Contains(endpoints, ep) {
-			_ = cli.Close()
-			delete(c.each, ep)
-		}
-	}
-	c.endpoints = endpoints
-	return nil
-}
-
-func (c *cluster) endpointClient(ep string) (*clientv3.Client, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cli, ok := c.each[ep]; ok {
-		return cli, nil
-	}
-	cli, err := c.newClient([]string{ep})
+// member runs fn against one endpoint's connection.
+func (c *cluster) member(endpoint string, fn func(*conn) error) error {
+	cn, err := c.conns.acquire(endpoint)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	c.each[ep] = cli
-	return cli, nil
-}
-
-func (c *cluster) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, cli := range c.each {
-		_ = cli.Close()
-	}
-	c.each = map[string]*clientv3.Client{}
+	defer c.conns.release(cn)
+	return fn(cn)
 }
 
 type endpointStatus struct {
@@ -77,31 +47,31 @@ func (st endpointStatus) voter() bool { return st.err == nil && st.resp != nil &
 // quorum that is there reported lost.
 func (st endpointStatus) lister() bool { return st.voter() && st.resp.Leader != 0 }
 
-func (c *cluster) status(ctx context.Context, ep string) endpointStatus {
-	cli, err := c.endpointClient(ep)
-	if err != nil {
-		return endpointStatus{endpoint: ep, err: err}
-	}
-	resp, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
-	if err != nil && ctx.Err() != nil {
-		c.forget(ep, cli)
-	}
-	return endpointStatus{endpoint: ep, resp: resp, err: err}
+func (c *cluster) status(ctx context.Context, endpoint string) endpointStatus {
+	var resp *pb.StatusResponse
+	err := c.member(endpoint, func(cn *conn) error {
+		var err error
+		resp, err = pb.NewMaintenanceClient(cn.cc).Status(ctx, &pb.StatusRequest{})
+		if err != nil && ctx.Err() != nil {
+			c.conns.discard(cn)
+		}
+		return err
+	})
+	return endpointStatus{endpoint: endpoint, resp: resp, err: err}
 }
 
-// forget closes the client of an endpoint that did not answer in time, so
-// that the next sync dials it afresh. Its connection may be stalled rather
-// than broken: after a network partition heals, TCP retransmits what was
-// sent into it only as its backoff allows, tens of seconds after a long
-// cut, and gRPC's keepalive pings only while a call is in flight. Kept, it
-// would hide a member that is back from every sync until then.
-func (c *cluster) forget(ep string, cli *clientv3.Client) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.each[ep] == cli {
-		delete(c.each, ep)
-		_ = cli.Close()
-	}
+func (c *cluster) memberList(ctx context.Context, endpoint string, read consistency) (*clientv3.MemberListResponse, error) {
+	var resp *clientv3.MemberListResponse
+	err := c.member(endpoint, func(cn *conn) error {
+		var opts []clientv3.OpOption
+		if read == local {
+			opts = append(opts, clientv3.WithSerializable())
+		}
+		var err error
+		resp, err = clientv3.NewClusterFromClusterClient(pb.NewClusterClient(cn.cc), nil).MemberList(ctx, opts...)
+		return err
+	})
+	return resp, err
 }
 
 type listResult struct {
@@ -109,60 +79,90 @@ type listResult struct {
 	err  error
 }
 
-// Membership asks every endpoint for its status at once, and the first
-// voter that answers with a leader for the member list, while the others
-// are still answering: a member that does not answer costs the timeout
-// once, in parallel with the rest, not once per call.
+// Membership asks every endpoint for its status at once and, in the same
+// round trip, the first endpoint for its own copy of the member list: a
+// member that does not answer costs the timeout once, in parallel with
+// the rest, not once per call.
 func (c *cluster) Membership(ctx context.Context) (*sync.Membership, error) {
 	ctx, cancel := bounded(ctx, ObserveTimeout)
 	defer cancel()
-	c.mu.Lock()
-	endpoints := slices.Clone(c.endpoints)
-	c.mu.Unlock()
+	statuses, listed := c.readStatuses(ctx, local)
+	c.statuses = statuses
+	return c.membership(ctx, statuses, listed, local)
+}
 
-	results := make(chan endpointStatus, len(endpoints))
-	for _, ep := range endpoints {
-		go func() { results <- c.status(ctx, ep) }()
+// Confirm reads the list again through the quorum, from the first voter
+// that knows a leader. What the members said about themselves in the last
+// Membership holds: asking again would wait once more on a member that
+// does not answer.
+func (c *cluster) Confirm(ctx context.Context) (*sync.Membership, error) {
+	ctx, cancel := bounded(ctx, ObserveTimeout)
+	defer cancel()
+	statuses := c.statuses
+	var listed <-chan listResult
+	if statuses == nil {
+		statuses, listed = c.readStatuses(ctx, linearizable)
+		c.statuses = statuses
+	} else if i := slices.IndexFunc(statuses, endpointStatus.lister); i >= 0 {
+		listed = c.listAsync(ctx, statuses[i].endpoint, linearizable)
 	}
-	listed := make(chan listResult, 1)
-	listing := false
-	statuses := make([]endpointStatus, 0, len(endpoints))
-	for range endpoints {
-		st := <-results
-		statuses = append(statuses, st)
-		if !listing && st.lister() {
-			listing = true
-			go func() {
-				resp, err := c.memberList(ctx, st.endpoint)
-				listed <- listResult{resp, err}
-			}()
-		}
-	}
+	return c.membership(ctx, statuses, listed, linearizable)
+}
+
+func (c *cluster) membership(ctx context.Context, statuses []endpointStatus, listed <-chan listResult, read consistency) (*sync.Membership, error) {
+	// Without a voter that knows a leader there is no quorum to read
+	// through: the list is then one member's view, marked stale.
+	stale := !slices.ContainsFunc(statuses, endpointStatus.lister)
 	listErr := errors.New("no voting member that knows a leader answered")
-	if listing {
+	if listed != nil {
 		res := <-listed
 		if res.err == nil {
-			return membershipFrom(res.resp.Members, statuses), nil
+			ms := membershipFrom(res.resp.Members, statuses)
+			ms.Stale = stale
+			return ms, nil
 		}
 		listErr = res.err
 	}
-	// Without a quorum a linearizable list cannot be read, but a member
-	// that is up still knows the membership: good enough to report which
-	// members are missing, never to act on.
+	// A member that is up still knows the membership without a quorum:
+	// good enough to report which members are missing, never to act on.
 	if list := c.localList(ctx, statuses); list != nil {
 		ms := membershipFrom(list.Members, statuses)
-		ms.Stale = true
+		ms.Stale = stale || read == linearizable
 		return ms, nil
 	}
 	return nil, wrap("member list", listErr)
 }
 
-func (c *cluster) memberList(ctx context.Context, ep string, opts ...clientv3.OpOption) (*clientv3.MemberListResponse, error) {
-	cli, err := c.endpointClient(ep)
-	if err != nil {
-		return nil, err
+// readStatuses asks every endpoint for its status, and starts reading the
+// list: from the first endpoint at once for a local read, from the first
+// voter that knows a leader for a linearizable one.
+func (c *cluster) readStatuses(ctx context.Context, read consistency) ([]endpointStatus, <-chan listResult) {
+	results := make(chan endpointStatus, len(c.endpoints))
+	for _, ep := range c.endpoints {
+		go func() { results <- c.status(ctx, ep) }()
 	}
-	return cli.MemberList(ctx, opts...)
+	var listed <-chan listResult
+	if read == local && len(c.endpoints) > 0 {
+		listed = c.listAsync(ctx, c.endpoints[0], read)
+	}
+	statuses := make([]endpointStatus, 0, len(c.endpoints))
+	for range c.endpoints {
+		st := <-results
+		statuses = append(statuses, st)
+		if listed == nil && st.lister() {
+			listed = c.listAsync(ctx, st.endpoint, read)
+		}
+	}
+	return statuses, listed
+}
+
+func (c *cluster) listAsync(ctx context.Context, endpoint string, read consistency) <-chan listResult {
+	listed := make(chan listResult, 1)
+	go func() {
+		resp, err := c.memberList(ctx, endpoint, read)
+		listed <- listResult{resp, err}
+	}()
+	return listed
 }
 
 func (c *cluster) localList(parent context.Context, statuses []endpointStatus) *clientv3.MemberListResponse {
@@ -176,10 +176,10 @@ func (c *cluster) localList(parent context.Context, statuses []endpointStatus) *
 		if st.err != nil {
 			continue
 		}
-		// The linearizable attempt may have used up the budget; a local
-		// read answers at once or not at all.
+		// The first attempt may have used up the budget; a local read
+		// answers at once or not at all.
 		ctx, cancel := bounded(context.WithoutCancel(parent), CallTimeout/4)
-		list, err := c.memberList(ctx, st.endpoint, clientv3.WithSerializable())
+		list, err := c.memberList(ctx, st.endpoint, local)
 		cancel()
 		if err == nil {
 			return list
@@ -242,99 +242,11 @@ func toMembers(ms []*pb.Member) []sync.Member {
 	return out
 }
 
-// Apply makes the change through the leader's endpoint, which the planner
-// names from the observed membership. Each call is idempotent against what
-// etcd already holds: removing a member that is gone, or adding a peer URL
-// that is already there, reads back the list instead of failing.
-func (c *cluster) Apply(ctx context.Context, a sync.Action) ([]sync.Member, error) {
-	ctx, cancel := bounded(ctx, CallTimeout)
-	defer cancel()
-	cli, err := c.endpointClient(a.LeaderEndpoint)
-	if err != nil {
-		return nil, wrap(string(a.Type), err)
-	}
-	members, err := apply(ctx, cli, a)
-	if isEtcdError(err, rpctypes.ErrUnhealthy) || isEtcdError(err, rpctypes.ErrMemberNotEnoughStarted) {
-		// etcd's own guard: a peer connected for less than its health
-		// interval does not count yet. The next sync tries again.
-		return nil, fmt.Errorf("%w: %w", ErrNotReady, err)
-	}
-	return members, err
-}
+// consistency is how a member list is read: from one member's own copy, or
+// through the leader and a quorum.
+type consistency int
 
-func apply(ctx context.Context, cli *clientv3.Client, a sync.Action) ([]sync.Member, error) {
-	switch a.Type {
-	case sync.ActionAddMember:
-		add := cli.MemberAddAsLearner
-		if !a.AsLearner {
-			add = cli.MemberAdd
-		}
-		resp, err := add(ctx, []string{a.PeerURL})
-		if isEtcdError(err, rpctypes.ErrPeerURLExist) || isEtcdError(err, rpctypes.ErrMemberExist) {
-			// A retried add whose first attempt went through: etcd derives
-			// the member ID from the peer URL, so both errors mean the same.
-			return listContaining(ctx, cli, a.PeerURL, err)
-		}
-		if err != nil {
-			return nil, wrap("member add", err)
-		}
-		return toMembers(resp.Members), nil
-	case sync.ActionPromoteMember:
-		resp, err := cli.MemberPromote(ctx, a.MemberID)
-		if isEtcdError(err, rpctypes.ErrMemberLearnerNotReady) {
-			return nil, wrap("member promote", ErrNotReady)
-		}
-		if isEtcdError(err, rpctypes.ErrMemberNotLearner) {
-			return list(ctx, cli)
-		}
-		if err != nil {
-			return nil, wrap("member promote", err)
-		}
-		return toMembers(resp.Members), nil
-	case sync.ActionRemoveMember:
-		resp, err := cli.MemberRemove(ctx, a.MemberID)
-		if isEtcdError(err, rpctypes.ErrMemberNotFound) {
-			return list(ctx, cli)
-		}
-		if err != nil {
-			return nil, wrap("member remove", err)
-		}
-		return toMembers(resp.Members), nil
-	case sync.ActionMoveLeader:
-		if _, err := cli.MoveLeader(ctx, a.MemberID); err != nil {
-			return nil, wrap("move leader", err)
-		}
-		return list(ctx, cli)
-	}
-	return nil, errors.New("unknown membership action " + string(a.Type))
-}
-
-func list(ctx context.Context, cli *clientv3.Client) ([]sync.Member, error) {
-	resp, err := cli.MemberList(ctx)
-	if err != nil {
-		return nil, wrap("member list", err)
-	}
-	return toMembers(resp.Members), nil
-}
-
-func listContaining(ctx context.Context, cli *clientv3.Client, peerURL string, cause error) ([]sync.Member, error) {
-	members, err := list(ctx, cli)
-	if err != nil {
-		return nil, err
-	}
-	for _, m := range members {
-		if slices.Contains(m.PeerURLs, peerURL) {
-			return members, nil
-		}
-	}
-	return nil, wrap("member add", cause)
-}
-
-// isEtcdError matches an etcd server error whether or not the client
-// converted it to its typed form.
-func isEtcdError(err, target error) bool {
-	if err == nil {
-		return false
-	}
-	return errors.Is(err, target) || rpctypes.ErrorDesc(err) == target.Error()
-}
+const (
+	local consistency = iota
+	linearizable
+)

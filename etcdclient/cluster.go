@@ -9,11 +9,19 @@ import (
 	"github.com/etcdhook/etcd-hook/sync"
 )
 
-// Cluster is one etcd cluster as the hook sees it.
+// Cluster is one etcd cluster as one sync sees it.
 type Cluster interface {
-	// Membership reads the member list and what each member says about
-	// itself. A list read without a quorum comes back marked Stale.
+	// Membership reads what each member says about itself and one
+	// member's local copy of the member list, in one round trip. The list
+	// may lag etcd's latest change by a moment: enough to see that nothing
+	// needs doing, never to decide a change on. Without a voter that knows
+	// a leader it comes back marked Stale.
 	Membership(ctx context.Context) (*sync.Membership, error)
+	// Confirm reads the member list again through the leader and a
+	// quorum, which is what a change is decided on, keeping what the
+	// members said in the last Membership. A list that cannot be read so
+	// comes back marked Stale.
+	Confirm(ctx context.Context) (*sync.Membership, error)
 	// Apply makes one membership change and returns the member list that
 	// results from it.
 	Apply(ctx context.Context, a sync.Action) ([]sync.Member, error)
@@ -21,9 +29,9 @@ type Cluster interface {
 
 // Dialer hands out a Cluster for a set of member endpoints.
 type Dialer interface {
-	// Cluster returns the cluster known under key (namespace/name/uid),
-	// reached through endpoints, the client URLs of its running members.
-	Cluster(key string, endpoints []string) (Cluster, error)
+	// Cluster returns the cluster reached through endpoints, the client
+	// URLs of its running members.
+	Cluster(endpoints []string) (Cluster, error)
 }
 
 // Timeouts. The sum of an observation and an action stays well under

@@ -18,22 +18,27 @@ import (
 
 var versions = []string{etcdtest.Version35, etcdtest.Version36}
 
-func dial(t *testing.T, key string, endpoints []string) etcdclient.Cluster {
+func dial(t *testing.T, endpoints []string) etcdclient.Cluster {
 	t.Helper()
-	pool := etcdclient.NewPool()
+	pool := etcdclient.NewPool(0)
 	t.Cleanup(pool.Close)
-	c, err := pool.Cluster(key, endpoints)
+	c, err := pool.Cluster(endpoints)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
+// readMembership reads as a sync that may change something does: locally,
+// then confirmed through the quorum.
 func readMembership(t *testing.T, c etcdclient.Cluster) *sync.Membership {
 	t.Helper()
-	ms, err := c.Membership(context.Background())
-	if err != nil {
+	if _, err := c.Membership(context.Background()); err != nil {
 		t.Fatalf("Membership: %v", err)
+	}
+	ms, err := c.Confirm(context.Background())
+	if err != nil {
+		t.Fatalf("Confirm: %v", err)
 	}
 	return ms
 }
@@ -65,7 +70,7 @@ func TestMembershipSingleAndThree(t *testing.T) {
 			t.Run(version+"/"+string(rune('0'+size)), func(t *testing.T) {
 				t.Parallel()
 				ec := etcdtest.StartCluster(t, etcdtest.Options{Size: size, Version: version})
-				ms := readMembership(t, dial(t, "test/"+t.Name(), ec.Endpoints()))
+				ms := readMembership(t, dial(t, ec.Endpoints()))
 				var want []memberSummary
 				for _, m := range ec.Members {
 					want = append(want, memberSummary{m.Name, false, true, version})
@@ -98,7 +103,7 @@ func TestLearnerLifecycle(t *testing.T) {
 		t.Run(version, func(t *testing.T) {
 			t.Parallel()
 			ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 1, Version: version})
-			c := dial(t, "test/"+t.Name(), ec.Endpoints())
+			c := dial(t, ec.Endpoints())
 			ctx := context.Background()
 			leader := ec.Members[0].ClientURL
 
@@ -122,7 +127,7 @@ func TestLearnerLifecycle(t *testing.T) {
 				Name: "learner", Version: version, InitialCluster: ec.InitialClusterWith("learner", peerURL),
 			})
 			ec.Members = append(ec.Members, learner)
-			c = dial(t, "test/"+t.Name()+"/2", ec.Endpoints())
+			c = dial(t, ec.Endpoints())
 			var ms *sync.Membership
 			deadline := time.Now().Add(15 * time.Second)
 			for {
@@ -173,7 +178,7 @@ func TestLearnerLifecycle(t *testing.T) {
 
 func TestMoveLeader(t *testing.T) {
 	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 3})
-	c := dial(t, "test/move", ec.Endpoints())
+	c := dial(t, ec.Endpoints())
 	ms := readMembership(t, c)
 	var leaderEndpoint string
 	var target uint64
@@ -197,7 +202,7 @@ func TestMoveLeader(t *testing.T) {
 // marked stale, within the observation budget.
 func TestQuorumLossIsReportedStale(t *testing.T) {
 	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 3})
-	c := dial(t, "test/quorum", ec.Endpoints())
+	c := dial(t, ec.Endpoints())
 	ec.Stop(1)
 	ec.Stop(2)
 	start := time.Now()
@@ -213,7 +218,7 @@ func TestQuorumLossIsReportedStale(t *testing.T) {
 
 func TestUnreachableIsBounded(t *testing.T) {
 	// A loopback port with nothing listening, and a name that never resolves.
-	c := dial(t, "test/unreachable", []string{etcdtest.FreeURL(t), "http://nowhere.invalid:2379"})
+	c := dial(t, []string{etcdtest.FreeURL(t), "http://nowhere.invalid:2379"})
 	start := time.Now()
 	if _, err := c.Membership(context.Background()); err == nil {
 		t.Fatal("want an error from unreachable endpoints")
@@ -239,7 +244,7 @@ func find(members []sync.Member, peerURL string) *sync.Member {
 // wait seconds per member, minutes after a longer outage.
 func TestRestartedMemberIsSeenSoon(t *testing.T) {
 	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 3})
-	c := dial(t, "test/restart", ec.Endpoints())
+	c := dial(t, ec.Endpoints())
 	readMembership(t, c)
 	ec.Stop(1)
 	// Syncs while it is down, as often as the hook makes them while it

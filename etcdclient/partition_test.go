@@ -145,7 +145,7 @@ func TestStalledMemberIsSeenOnceHealed(t *testing.T) {
 	proxy := startStallProxy(t, u.Host, 0)
 	endpoints := ec.Endpoints()
 	endpoints[1] = proxy.URL()
-	c := dial(t, "test/stall", endpoints)
+	c := dial(t, endpoints)
 	reachable := func() bool {
 		m := find(readMembership(t, c).Members, ec.Members[1].PeerURL)
 		return m != nil && m.Reachable
@@ -230,7 +230,7 @@ func TestLeaderlessVoterIsNotAskedForTheList(t *testing.T) {
 		}
 		endpoints[i] = startStallProxy(t, u.Host, 20*time.Millisecond).URL()
 	}
-	c := dial(t, "test/leaderless", endpoints)
+	c := dial(t, endpoints)
 	for range 3 {
 		ms := readMembership(t, c)
 		if ms.Stale || !sync.HasQuorum(ms) || len(ms.Members) != 3 {

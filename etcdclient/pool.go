@@ -1,93 +1,40 @@
 package etcdclient
 
 import (
-	"log/slog"
 	"slices"
-	gosync "sync"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 )
 
-// Pool caches clients per cluster and closes those of clusters that have
-// not been synced for IdleTimeout, so deleted clusters cost nothing.
+// Pool is the Dialer the hook runs with: every cluster's calls go through
+// one cache of connections, shared by endpoint.
 type Pool struct {
-	IdleTimeout time.Duration
-	Logger      *slog.Logger
-
-	mu       gosync.Mutex
-	clusters map[string]*pooled
-	now      func() time.Time
+	conns *conns
 }
 
-type pooled struct {
-	*cluster
-	lastUsed time.Time
-}
+// Defaults of NewPool.
+const (
+	// DefaultMaxIdleConns bounds the connections kept between syncs. Each
+	// costs some 20 KiB and a few goroutines; a steady sync of a cluster
+	// whose connections were closed pays a dial per member instead.
+	DefaultMaxIdleConns = 256
+	// DefaultIdleTimeout closes the connections of clusters that are no
+	// longer synced, such as deleted ones.
+	DefaultIdleTimeout = 10 * time.Minute
+)
 
-// NewPool returns an empty pool.
-func NewPool() *Pool {
-	return &Pool{IdleTimeout: 10 * time.Minute, clusters: map[string]*pooled{}, now: time.Now}
+// NewPool returns an empty pool that keeps at most maxIdleConns
+// connections open between syncs (DefaultMaxIdleConns when not positive).
+func NewPool(maxIdleConns int) *Pool {
+	if maxIdleConns <= 0 {
+		maxIdleConns = DefaultMaxIdleConns
+	}
+	return &Pool{conns: newConns(maxIdleConns, DefaultIdleTimeout)}
 }
 
 // Cluster implements Dialer.
-func (p *Pool) Cluster(key string, endpoints []string) (Cluster, error) {
-	endpoints = slices.Sorted(slices.Values(endpoints))
-	p.mu.Lock()
-	now := p.now()
-	p.evictIdle(now)
-	c, ok := p.clusters[key]
-	if !ok {
-		c = &pooled{cluster: &cluster{each: map[string]*clientv3.Client{}, newClient: newClient}}
-		p.clusters[key] = c
-	}
-	c.lastUsed = now
-	p.mu.Unlock()
-	if err := c.setEndpoints(endpoints); err != nil {
-		return nil, wrap("etcd client", err)
-	}
-	return c.cluster, nil
+func (p *Pool) Cluster(endpoints []string) (Cluster, error) {
+	return &cluster{conns: p.conns, endpoints: slices.Sorted(slices.Values(endpoints))}, nil
 }
 
-func (p *Pool) evictIdle(now time.Time) {
-	for key, c := range p.clusters {
-		if now.Sub(c.lastUsed) > p.IdleTimeout {
-			go c.close()
-			delete(p.clusters, key)
-		}
-	}
-}
-
-// Close closes every client.
-func (p *Pool) Close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for key, c := range p.clusters {
-		c.close()
-		delete(p.clusters, key)
-	}
-}
-
-func newClient(endpoints []string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{
-		Endpoints:            endpoints,
-		DialTimeout:          CallTimeout,
-		DialKeepAliveTime:    30 * time.Second,
-		DialKeepAliveTimeout: 5 * time.Second,
-		// The client's own retries would outlive a sync's budget; the next
-		// sync is the retry.
-		MaxUnaryRetries: 1,
-		Logger:          zap.NewNop(),
-		// gRPC's default reconnect backoff grows to 120 s. A member that
-		// restarts (every member does, in an upgrade) fails the Status of
-		// each sync meanwhile, and the hook would then not see it back for
-		// as long as the backoff had grown: the rollout waits on it.
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			MinConnectTimeout: CallTimeout,
-		})},
-	})
-}
+// Close closes every connection; calls in flight fail.
+func (p *Pool) Close() { p.conns.closeAll() }

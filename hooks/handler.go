@@ -21,6 +21,13 @@ type Syncer interface {
 	Sync(ctx context.Context, o *sync.Observed) (sync.Decision, error)
 }
 
+// Preparer is a Syncer that can begin a sync as soon as the parent is
+// decoded, while the children still are. Prepare returns the context to
+// sync with.
+type Preparer interface {
+	Prepare(ctx context.Context, o *sync.Observed) context.Context
+}
+
 // SyncHandler serves POST /sync.
 func SyncHandler(s Syncer) http.Handler { return handler{s, false} }
 
@@ -52,7 +59,15 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusBadRequest, "cannot read request body: "+err.Error())
 		return
 	}
-	o, err := Decode(body)
+	ctx := r.Context()
+	var parentDecoded func(*sync.Observed)
+	if p, ok := h.syncer.(Preparer); ok {
+		parentDecoded = func(o *sync.Observed) {
+			o.Finalizing = o.Finalizing || h.finalize
+			ctx = p.Prepare(ctx, o)
+		}
+	}
+	o, err := decode(body, parentDecoded)
 	if err != nil {
 		var reqErr *RequestError
 		if errors.As(err, &reqErr) {
@@ -65,7 +80,7 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.finalize {
 		o.Finalizing = true
 	}
-	d, err := h.syncer.Sync(r.Context(), o)
+	d, err := h.syncer.Sync(ctx, o)
 	if err != nil {
 		// Not a 200: Metacontroller applies nothing and retries with backoff.
 		WriteError(w, http.StatusInternalServerError, err.Error())

@@ -32,9 +32,9 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // may well claim to be running.
 type noEtcd struct{ t *testing.T }
 
-func (d noEtcd) Cluster(key string, endpoints []string) (etcdclient.Cluster, error) {
+func (d noEtcd) Cluster(endpoints []string) (etcdclient.Cluster, error) {
 	if d.t != nil {
-		d.t.Errorf("unexpected etcd dial for %s at %v", key, endpoints)
+		d.t.Errorf("unexpected etcd dial at %v", endpoints)
 	}
 	return nil, errors.New("no etcd in this test")
 }

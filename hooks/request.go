@@ -58,7 +58,11 @@ func badRequest(status int, format string, args ...any) error {
 }
 
 // Decode turns a request body into what the planner observes.
-func Decode(body []byte) (*sync.Observed, error) {
+func Decode(body []byte) (*sync.Observed, error) { return decode(body, nil) }
+
+// decode calls parentDecoded, when given, with the parent decoded and the
+// children not yet: they are most of the work.
+func decode(body []byte, parentDecoded func(*sync.Observed)) (*sync.Observed, error) {
 	var req request
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, badRequest(400, "request body is not a Metacontroller hook request: %v", err)
@@ -83,6 +87,9 @@ func Decode(body []byte) (*sync.Observed, error) {
 		o.SpecErrors = field.ErrorList{err}
 	} else {
 		o.SpecErrors = cluster.Validate()
+	}
+	if parentDecoded != nil {
+		parentDecoded(o)
 	}
 
 	var err error

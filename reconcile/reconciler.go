@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/etcdhook/etcd-hook/etcdclient"
 	"github.com/etcdhook/etcd-hook/sync"
 )
@@ -26,7 +24,7 @@ const (
 	ResultError    = "error"
 )
 
-// Reconciler implements hooks.Syncer.
+// Reconciler implements hooks.Syncer and hooks.Preparer.
 type Reconciler struct {
 	Dialer   etcdclient.Dialer
 	Recorder Recorder
@@ -36,6 +34,12 @@ type Reconciler struct {
 }
 
 // Sync observes, plans, acts at most once, and plans the answer.
+//
+// The first plan rests on a member's local copy of the member list, read
+// in the same round trip as the members' statuses; when it changes nothing
+// (a steady cluster, every periodic resync), it is the answer. Otherwise
+// the list is read again through the quorum and the plan made again on
+// it: every change is decided on a linearizable list.
 func (r *Reconciler) Sync(ctx context.Context, o *sync.Observed) (sync.Decision, error) {
 	c := o.Cluster
 	log := r.Logger.With("namespace", c.Namespace, "name", c.Name)
@@ -45,13 +49,19 @@ func (r *Reconciler) Sync(ctx context.Context, o *sync.Observed) (sync.Decision,
 		return sync.Decision{}, err
 	}
 	o.FreshSuffix = suffix
-
-	var cluster etcdclient.Cluster
-	if !o.Finalizing {
-		cluster = r.observe(ctx, log, o)
+	if o.Finalizing {
+		return sync.Plan(o), nil
 	}
+
+	cluster := r.observe(ctx, log, o)
 	d := sync.Plan(o)
-	if d.Action == nil || cluster == nil {
+	if o.Membership == nil || d.Settled(o) {
+		return d, nil
+	}
+	ms, err := cluster.Confirm(ctx)
+	r.record(log, o, ms, err)
+	d = sync.Plan(o)
+	if d.Action == nil || o.Membership == nil {
 		return d, nil
 	}
 
@@ -76,34 +86,39 @@ func (r *Reconciler) Sync(ctx context.Context, o *sync.Observed) (sync.Decision,
 }
 
 // observe reads the membership through the client URLs of the member Pods
-// that run: a Pod that does not run cannot answer, and asking it would only
-// spend the sync's time budget.
+// that run, or takes the read Prepare started for exactly those.
 func (r *Reconciler) observe(ctx context.Context, log *slog.Logger, o *sync.Observed) etcdclient.Cluster {
-	c := o.Cluster
-	domain := o.Cluster.Spec.Pod.ClusterDomainSuffix()
-	var endpoints []string
-	for name, pod := range o.Pods {
-		if pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil {
-			endpoints = append(endpoints, sync.ClientURL(name, c.Name, c.Namespace, domain))
-		}
-	}
+	endpoints := runningEndpoints(o)
 	if len(endpoints) == 0 {
 		o.MembershipError = "no member Pod is running"
 		return nil
 	}
-	cluster, err := r.Dialer.Cluster(c.Namespace+"/"+c.Name+"/"+string(c.UID), endpoints)
+	if early, ok := ctx.Value(earlyReadKey{}).(*earlyRead); ok && early.covers(endpoints) {
+		select {
+		case <-early.done:
+			r.record(log, o, early.membership, early.err)
+			return early.cluster
+		case <-ctx.Done():
+			r.record(log, o, nil, ctx.Err())
+			return nil
+		}
+	}
+	cluster, err := r.Dialer.Cluster(endpoints)
 	if err != nil {
 		o.MembershipError = err.Error()
 		return nil
 	}
 	ms, err := cluster.Membership(ctx)
+	r.record(log, o, ms, err)
+	return cluster
+}
+
+func (r *Reconciler) record(log *slog.Logger, o *sync.Observed, ms *sync.Membership, err error) {
+	o.Membership, o.MembershipError = ms, ""
 	if err != nil {
 		log.Warn("cannot read etcd membership", "error", err)
 		o.MembershipError = err.Error()
-		return nil
 	}
-	o.Membership = ms
-	return cluster
 }
 
 func (r *Reconciler) now() time.Time {

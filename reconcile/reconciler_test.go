@@ -28,7 +28,7 @@ func (r *countingRecorder) MembershipAction(a sync.ActionType, result string) {
 }
 
 func newReconciler(t *testing.T, ec *etcdtest.Cluster, suffix byte) (*reconcile.Reconciler, *countingRecorder) {
-	pool := etcdclient.NewPool()
+	pool := etcdclient.NewPool(0)
 	t.Cleanup(pool.Close)
 	rec := &countingRecorder{}
 	return &reconcile.Reconciler{

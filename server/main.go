@@ -29,6 +29,7 @@ type config struct {
 	addr            string
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
+	maxEtcdConns    int
 }
 
 func parseFlags(args []string) (config, error) {
@@ -38,6 +39,7 @@ func parseFlags(args []string) (config, error) {
 	// Longer than a sync can take (observation plus one bounded step), so
 	// a sync in flight at SIGTERM completes.
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to let requests in flight finish on SIGTERM")
+	fs.IntVar(&cfg.maxEtcdConns, "max-idle-etcd-conns", etcdclient.DefaultMaxIdleConns, "etcd connections kept open between syncs, across all clusters")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	return cfg, fs.Parse(args)
 }
@@ -51,7 +53,7 @@ func run(args []string) error {
 
 	registry := prometheus.NewRegistry()
 	metrics := newMetrics(registry)
-	pool := etcdclient.NewPool()
+	pool := etcdclient.NewPool(cfg.maxEtcdConns)
 	defer pool.Close()
 	reconciler := &reconcile.Reconciler{Dialer: pool, Recorder: metrics, Logger: logger}
 

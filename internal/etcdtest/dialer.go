@@ -24,7 +24,7 @@ func NewDialer(pool *etcdclient.Pool, c *Cluster) Dialer {
 }
 
 // Cluster implements etcdclient.Dialer.
-func (d Dialer) Cluster(key string, endpoints []string) (etcdclient.Cluster, error) {
+func (d Dialer) Cluster(endpoints []string) (etcdclient.Cluster, error) {
 	real := make([]string, 0, len(endpoints))
 	for _, ep := range endpoints {
 		pod, _, _ := strings.Cut(strings.TrimPrefix(ep, "http://"), ".")
@@ -32,5 +32,5 @@ func (d Dialer) Cluster(key string, endpoints []string) (etcdclient.Cluster, err
 			real = append(real, url)
 		}
 	}
-	return d.Pool.Cluster(key, real)
+	return d.Pool.Cluster(real)
 }

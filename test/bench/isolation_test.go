@@ -65,7 +65,7 @@ func TestUnreachableIsolationReport(t *testing.T) {
 	}
 	samples := envInt("BENCH_SAMPLES", 2000) / 2
 	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 3})
-	pool := etcdclient.NewPool()
+	pool := etcdclient.NewPool(0)
 	t.Cleanup(pool.Close)
 	dialer := etcdtest.NewDialer(pool, ec)
 	hole := blackhole(t)

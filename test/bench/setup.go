@@ -35,7 +35,7 @@ type rig struct {
 func newRig(tb testing.TB, members int) *rig {
 	tb.Helper()
 	ec := etcdtest.StartCluster(tb, etcdtest.Options{Size: members})
-	pool := etcdclient.NewPool()
+	pool := etcdclient.NewPool(0)
 	tb.Cleanup(pool.Close)
 	var names []string
 	for _, m := range ec.Members {

@@ -1,0 +1,161 @@
+package etcdclient
+
+import (
+	"container/list"
+	"fmt"
+	"net/url"
+	gosync "sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// conns shares one gRPC connection per member endpoint among all syncs.
+// Dialing costs more than the reads a steady sync makes, so connections
+// are kept; but a hook serving a thousand clusters cannot keep three
+// thousand (each holds buffers and goroutines), so at most max stay open
+// and the least recently used idle ones are closed beyond that.
+type conns struct {
+	max  int
+	idle time.Duration
+	now  func() time.Time
+
+	mu    gosync.Mutex
+	byURL map[string]*list.Element // of *conn
+	lru   list.List                // most recently used first
+}
+
+type conn struct {
+	endpoint string
+	cc       *grpc.ClientConn
+	users    int
+	lastUsed time.Time
+	// discarded conns are out of the cache and close with their last user.
+	discarded bool
+}
+
+func newConns(max int, idle time.Duration) *conns {
+	return &conns{max: max, idle: idle, now: time.Now, byURL: map[string]*list.Element{}}
+}
+
+// acquire returns the endpoint's connection, dialing it if need be. The
+// dial itself is lazy: the first call on it connects.
+func (cs *conns) acquire(endpoint string) (*conn, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	now := cs.now()
+	if el, ok := cs.byURL[endpoint]; ok {
+		c := el.Value.(*conn)
+		c.users++
+		c.lastUsed = now
+		cs.lru.MoveToFront(el)
+		return c, nil
+	}
+	cc, err := dial(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{endpoint: endpoint, cc: cc, users: 1, lastUsed: now}
+	cs.byURL[endpoint] = cs.lru.PushFront(c)
+	cs.trim(now)
+	return c, nil
+}
+
+// release hands the connection back; it stays open for the next sync
+// unless it was discarded meanwhile.
+func (cs *conns) release(c *conn) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	c.users--
+	if c.discarded && c.users == 0 {
+		_ = c.cc.Close()
+		return
+	}
+	cs.trim(cs.now())
+}
+
+// discard takes the connection out of the cache, so that the next sync
+// dials afresh. Its connection may be stalled rather than broken: after a
+// network partition heals, TCP retransmits what was sent into it only as
+// its backoff allows, tens of seconds after a long cut, and gRPC's
+// keepalive pings only while a call is in flight. Kept, it would hide a
+// member that is back from every sync until then.
+func (cs *conns) discard(c *conn) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if el, ok := cs.byURL[c.endpoint]; ok && el.Value.(*conn) == c {
+		cs.lru.Remove(el)
+		delete(cs.byURL, c.endpoint)
+		c.discarded = true
+	}
+}
+
+// trim closes idle connections beyond the limit, and those unused for the
+// idle time (a deleted cluster's), least recently used first.
+func (cs *conns) trim(now time.Time) {
+	for el := cs.lru.Back(); el != nil; {
+		c := el.Value.(*conn)
+		prev := el.Prev()
+		if c.users == 0 && (cs.lru.Len() > cs.max || now.Sub(c.lastUsed) > cs.idle) {
+			cs.lru.Remove(el)
+			delete(cs.byURL, c.endpoint)
+			_ = c.cc.Close()
+		} else if cs.lru.Len() <= cs.max && now.Sub(c.lastUsed) <= cs.idle {
+			return
+		}
+		el = prev
+	}
+}
+
+func (cs *conns) closeAll() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for el := cs.lru.Front(); el != nil; el = el.Next() {
+		c := el.Value.(*conn)
+		c.discarded = true
+		if c.users == 0 {
+			_ = c.cc.Close()
+		}
+	}
+	cs.lru.Init()
+	cs.byURL = map[string]*list.Element{}
+}
+
+func (cs *conns) len() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.lru.Len()
+}
+
+// ioBufferBytes sizes gRPC's per-connection read and write buffers. The
+// default, 32 KiB each, is for streams of large messages; a member list is
+// a few hundred bytes, and a thousand idle connections would otherwise
+// hold 64 MiB of buffers.
+const ioBufferBytes = 4 << 10
+
+func dial(endpoint string) (*grpc.ClientConn, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("etcd endpoint %q: %w", endpoint, err)
+	}
+	if u.Scheme != "http" || u.Host == "" {
+		return nil, fmt.Errorf("etcd endpoint %q: want http://host:port", endpoint)
+	}
+	// passthrough: the name is resolved at each connect, so a Pod that
+	// comes back with a new IP is found on the next reconnect.
+	return grpc.NewClient("passthrough:///"+u.Host,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithReadBufferSize(ioBufferBytes),
+		grpc.WithWriteBufferSize(ioBufferBytes),
+		// gRPC's default reconnect backoff grows to 120 s. A member that
+		// restarts (every member does, in an upgrade) fails the Status of
+		// each sync meanwhile, and the hook would then not see it back for
+		// as long as the backoff had grown: the rollout waits on it.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: CallTimeout,
+		}),
+	)
+}

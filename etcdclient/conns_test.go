@@ -1,0 +1,102 @@
+package etcdclient
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Connections dial lazily, so these tests need no server.
+
+func TestConnsKeepAtMostMaxIdle(t *testing.T) {
+	cs := newConns(4, time.Hour)
+	t.Cleanup(cs.closeAll)
+	for i := range 10 {
+		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs.release(c)
+	}
+	if got := cs.len(); got != 4 {
+		t.Errorf("%d connections kept, want 4", got)
+	}
+	// The most recent ones are kept.
+	c, _ := cs.acquire("http://m9.demo.ns.svc:2379")
+	defer cs.release(c)
+	if got := cs.len(); got != 4 {
+		t.Errorf("reusing a kept connection dialed a new one: %d kept", got)
+	}
+}
+
+func TestConnsNeverCloseOneInUse(t *testing.T) {
+	cs := newConns(1, time.Hour)
+	t.Cleanup(cs.closeAll)
+	var held []*conn
+	for i := range 3 {
+		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	if got := cs.len(); got != 3 {
+		t.Errorf("%d connections while 3 are in use, want 3", got)
+	}
+	for _, c := range held {
+		if state := c.cc.GetState().String(); state == "SHUTDOWN" {
+			t.Errorf("connection to %s closed while in use", c.endpoint)
+		}
+		cs.release(c)
+	}
+	if got := cs.len(); got != 1 {
+		t.Errorf("%d connections kept after release, want 1", got)
+	}
+}
+
+func TestConnsCloseIdleOnesAfterIdleTimeout(t *testing.T) {
+	cs := newConns(10, time.Minute)
+	t.Cleanup(cs.closeAll)
+	now := time.Now()
+	cs.now = func() time.Time { return now }
+	old, _ := cs.acquire("http://old.demo.ns.svc:2379")
+	cs.release(old)
+	now = now.Add(2 * time.Minute)
+	fresh, _ := cs.acquire("http://fresh.demo.ns.svc:2379")
+	cs.release(fresh)
+	if got := cs.len(); got != 1 {
+		t.Errorf("%d connections kept, want only the fresh one", got)
+	}
+	if state := old.cc.GetState().String(); state != "SHUTDOWN" {
+		t.Errorf("idle connection is %s, want SHUTDOWN", state)
+	}
+}
+
+func TestDiscardedConnClosesWithItsLastUser(t *testing.T) {
+	cs := newConns(10, time.Hour)
+	t.Cleanup(cs.closeAll)
+	const ep = "http://m0.demo.ns.svc:2379"
+	c, _ := cs.acquire(ep)
+	cs.discard(c)
+	again, _ := cs.acquire(ep)
+	defer cs.release(again)
+	if again == c {
+		t.Fatal("a discarded connection was handed out again")
+	}
+	if state := c.cc.GetState().String(); state == "SHUTDOWN" {
+		t.Error("discarded connection closed while still in use")
+	}
+	cs.release(c)
+	if state := c.cc.GetState().String(); state != "SHUTDOWN" {
+		t.Errorf("discarded connection is %s after its last user, want SHUTDOWN", state)
+	}
+}
+
+func TestDialRefusesWhatIsNotPlainHTTP(t *testing.T) {
+	for _, ep := range []string{"https://m0.demo.ns.svc:2379", "m0.demo.ns.svc:2379", "http://"} {
+		if cc, err := dial(ep); err == nil {
+			cc.Close()
+			t.Errorf("dial(%q) succeeded, want an error", ep)
+		}
+	}
+}

@@ -1,0 +1,71 @@
+package reconcile
+
+import (
+	"context"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/etcdclient"
+	"github.com/etcdhook/etcd-hook/sync"
+)
+
+// Prepare starts the sync's local read of etcd as soon as the parent is
+// decoded, while the children are: decoding the Pods is most of a steady
+// sync's work, and the read's round trip then overlaps it instead of
+// following it. It guesses the members from the ready ones the parent's
+// status lists; Sync takes the read only if the running Pods turn out to
+// be exactly those, and reads afresh otherwise.
+func (r *Reconciler) Prepare(ctx context.Context, o *sync.Observed) context.Context {
+	if o.Finalizing || len(o.Cluster.Status.Members.Ready) == 0 {
+		return ctx
+	}
+	endpoints := make([]string, 0, len(o.Cluster.Status.Members.Ready))
+	for _, name := range o.Cluster.Status.Members.Ready {
+		endpoints = append(endpoints, clientURL(o.Cluster, name))
+	}
+	slices.Sort(endpoints)
+	cluster, err := r.Dialer.Cluster(endpoints)
+	if err != nil {
+		return ctx
+	}
+	early := &earlyRead{endpoints: endpoints, cluster: cluster, done: make(chan struct{})}
+	go func() {
+		defer close(early.done)
+		early.membership, early.err = cluster.Membership(ctx)
+	}()
+	return context.WithValue(ctx, earlyReadKey{}, early)
+}
+
+type earlyReadKey struct{}
+
+// earlyRead is a local read begun by Prepare.
+type earlyRead struct {
+	endpoints []string
+	cluster   etcdclient.Cluster
+	done      chan struct{}
+	// Set before done is closed.
+	membership *sync.Membership
+	err        error
+}
+
+func (e *earlyRead) covers(endpoints []string) bool { return slices.Equal(e.endpoints, endpoints) }
+
+// runningEndpoints are the client URLs of the member Pods that run, sorted:
+// a Pod that does not run cannot answer, and asking it would only spend
+// the sync's time budget.
+func runningEndpoints(o *sync.Observed) []string {
+	var endpoints []string
+	for name, pod := range o.Pods {
+		if pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil {
+			endpoints = append(endpoints, clientURL(o.Cluster, name))
+		}
+	}
+	slices.Sort(endpoints)
+	return endpoints
+}
+
+func clientURL(c *v1beta2.EtcdCluster, member string) string {
+	return sync.ClientURL(member, c.Name, c.Namespace, c.Spec.Pod.ClusterDomainSuffix())
+}

@@ -1,0 +1,250 @@
+package bench
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"sync/atomic"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/sync"
+)
+
+// The reads a steady sync may make, as etcdSim counts them.
+const (
+	rpcStatus           = "Status"
+	rpcListLinearizable = "MemberList (linearizable)"
+	rpcListSerializable = "MemberList (serializable)"
+)
+
+// The methods of those reads; the generated code has no constants for them.
+const (
+	methodMemberList = "/etcdserverpb.Cluster/MemberList"
+	methodStatus     = "/etcdserverpb.Maintenance/Status"
+)
+
+// What every simulated member reports: a settled cluster, whose raft term
+// and index do not move because nothing is written to it.
+const (
+	simRaftTerm  = 2
+	simRaftIndex = 1000
+	simDBSize    = 1 << 20
+)
+
+// etcdSim answers, from one gRPC server, the reads of many steady 3-member
+// etcd clusters: a thousand etcd processes do not fit on the machine. It
+// tells clusters and members apart by each call's :authority, the member's
+// client URL as the hook dials it (<pod>.<cluster>.<namespace>.svc:2379),
+// so the hook cannot tell the difference from a fleet of separate
+// clusters. Its clusters never change: any call other than the reads
+// (a MemberAdd, a MoveLeader...) is refused and recorded as unexpected,
+// and so is a call for a member it does not know.
+type etcdSim struct {
+	pb.UnimplementedClusterServer
+	pb.UnimplementedMaintenanceServer
+
+	// Filled by addCluster before serve, read-only after.
+	clusters map[string]*simCluster // by "<cluster>.<namespace>"
+
+	server   *grpc.Server
+	accepted atomic.Int64
+
+	mu         gosync.Mutex
+	calls      map[string]int64
+	unexpected map[string]int64
+}
+
+type simCluster struct {
+	id      uint64
+	members []*pb.Member // members[0] is the leader
+}
+
+// simCounts is what etcdSim has served since it started.
+type simCounts struct {
+	calls      map[string]int64
+	unexpected map[string]int64
+	conns      int64 // connections accepted
+}
+
+func newEtcdSim() *etcdSim {
+	return &etcdSim{clusters: map[string]*simCluster{}, calls: map[string]int64{}, unexpected: map[string]int64{}}
+}
+
+// addCluster adds a cluster whose members are the given Pods, with the
+// URLs the hook renders for them.
+func (s *etcdSim) addCluster(namespace, name string, pods []string) {
+	c := &simCluster{id: simID("cluster/" + namespace + "/" + name)}
+	for _, pod := range pods {
+		c.members = append(c.members, &pb.Member{
+			ID:         simID("member/" + pod),
+			Name:       pod,
+			PeerURLs:   []string{sync.PeerURL(pod, name, namespace, "")},
+			ClientURLs: []string{sync.ClientURL(pod, name, namespace, "")},
+		})
+	}
+	s.clusters[name+"."+namespace] = c
+}
+
+// simID derives a stable, non-zero ID (etcd never uses 0) from a name.
+func simID(name string) uint64 {
+	sum := sha256.Sum256([]byte(name))
+	return binary.BigEndian.Uint64(sum[:8]) | 1
+}
+
+// serve answers on l until stop.
+func (s *etcdSim) serve(l net.Listener) {
+	s.server = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.recordUnexpectedUnary),
+		// Every streaming call is unexpected. This interceptor also sees
+		// the calls of services that are not registered at all (KV, Watch,
+		// health...), which reach it through the unknown-service handler.
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			s.recordUnexpected(info.FullMethod)
+			return handler(srv, ss)
+		}),
+		grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+			return status.Error(codes.Unimplemented, "etcdsim serves the Cluster and Maintenance reads only")
+		}),
+	)
+	pb.RegisterClusterServer(s.server, s)
+	pb.RegisterMaintenanceServer(s.server, s)
+	go func() { _ = s.server.Serve(countingListener{l, &s.accepted}) }()
+}
+
+func (s *etcdSim) stop() { s.server.Stop() }
+
+func (s *etcdSim) recordUnexpectedUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	switch info.FullMethod {
+	case methodMemberList, methodStatus:
+	default:
+		s.recordUnexpected(info.FullMethod)
+	}
+	return handler(ctx, req)
+}
+
+func (s *etcdSim) record(call string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[call]++
+}
+
+func (s *etcdSim) recordUnexpected(what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unexpected[what]++
+}
+
+func (s *etcdSim) counts() simCounts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return simCounts{calls: maps.Clone(s.calls), unexpected: maps.Clone(s.unexpected), conns: s.accepted.Load()}
+}
+
+// since is what was served between before and c.
+func (c simCounts) since(before simCounts) simCounts {
+	out := simCounts{calls: map[string]int64{}, unexpected: map[string]int64{}, conns: c.conns - before.conns}
+	for k, v := range c.calls {
+		out.calls[k] = v - before.calls[k]
+	}
+	for k, v := range c.unexpected {
+		if d := v - before.unexpected[k]; d > 0 {
+			out.unexpected[k] = d
+		}
+	}
+	return out
+}
+
+// err lists the unexpected calls: a steady cluster must only be read.
+func (c simCounts) err() error {
+	if len(c.unexpected) == 0 {
+		return nil
+	}
+	var what []string
+	for _, k := range slices.Sorted(maps.Keys(c.unexpected)) {
+		what = append(what, fmt.Sprintf("%s (%d)", k, c.unexpected[k]))
+	}
+	return fmt.Errorf("etcd got calls a steady cluster must not get: %s", strings.Join(what, ", "))
+}
+
+// member finds the cluster and member a call is addressed to.
+func (s *etcdSim) member(ctx context.Context) (*simCluster, *pb.Member, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	authority := strings.Join(md.Get(":authority"), ",")
+	host, port, err := net.SplitHostPort(authority)
+	pod, rest, _ := strings.Cut(host, ".")
+	key, svc := strings.CutSuffix(rest, ".svc")
+	if c := s.clusters[key]; err == nil && svc && port == strconv.Itoa(sync.ClientPort) && c != nil {
+		for _, m := range c.members {
+			if m.Name == pod {
+				return c, m, nil
+			}
+		}
+	}
+	s.recordUnexpected("call for unknown member " + authority)
+	return nil, nil, status.Errorf(codes.NotFound, "etcdsim: no member at %q", authority)
+}
+
+func header(c *simCluster, m *pb.Member) *pb.ResponseHeader {
+	return &pb.ResponseHeader{ClusterId: c.id, MemberId: m.ID, Revision: 1, RaftTerm: simRaftTerm}
+}
+
+// MemberList answers the same whether linearizable or not: the cluster is
+// settled, so a local read is as fresh as a quorum read.
+func (s *etcdSim) MemberList(ctx context.Context, req *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	c, m, err := s.member(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.Linearizable {
+		s.record(rpcListLinearizable)
+	} else {
+		s.record(rpcListSerializable)
+	}
+	return &pb.MemberListResponse{Header: header(c, m), Members: c.members}, nil
+}
+
+func (s *etcdSim) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	c, m, err := s.member(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.record(rpcStatus)
+	return &pb.StatusResponse{
+		Header:           header(c, m),
+		Version:          etcdtest.DefaultVersion,
+		DbSize:           simDBSize,
+		DbSizeInUse:      simDBSize,
+		Leader:           c.members[0].ID,
+		RaftIndex:        simRaftIndex,
+		RaftAppliedIndex: simRaftIndex,
+		RaftTerm:         simRaftTerm,
+	}, nil
+}
+
+// countingListener counts the connections it accepts: each is a dial by
+// the hook.
+type countingListener struct {
+	net.Listener
+	accepted *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
