@@ -1,9 +1,17 @@
 // Package etcdclient is the hook's only door to etcd: it reads a cluster's
 // membership and makes one membership change, through
-// go.etcd.io/etcd/client/v3.
+// go.etcd.io/etcd/client/v3's cluster and maintenance APIs.
 //
 // Every call is bounded in time and takes the sync's context, so a cluster
 // that does not answer costs one sync at most a few seconds and never holds
-// one of Metacontroller's few workers for long. Clients are cached per
-// cluster because dialing costs more than the reads a steady sync makes.
+// one of Metacontroller's few workers for long.
+//
+// A steady sync reads in one round trip: every member's status, and one
+// member's local copy of the member list. A sync that may change something
+// confirms the list through the quorum first (Cluster.Confirm).
+//
+// Connections are shared by endpoint across clusters and kept between
+// syncs, because dialing costs more than a steady sync's reads; at most a
+// bounded number stay open while idle, so that a hook serving a thousand
+// clusters does not hold three thousand.
 package etcdclient
