@@ -58,7 +58,7 @@ func TestHookCostReport(t *testing.T) {
 	report := strings.Join(lines, "\n") + "\n"
 	t.Logf("hook cost, %d samples each, %d cores:\n%s", samples, runtime.NumCPU(), report)
 	if path := os.Getenv("BENCH_REPORT_FILE"); path != "" {
-		if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
+		if err := writeFromModuleRoot(path, report); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -182,19 +182,33 @@ func (c simCounts) err() error {
 // member finds the cluster and member a call is addressed to.
 func (s *etcdSim) member(ctx context.Context) (*simCluster, *pb.Member, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	authority := strings.Join(md.Get(":authority"), ",")
-	host, port, err := net.SplitHostPort(authority)
-	pod, rest, _ := strings.Cut(host, ".")
-	key, svc := strings.CutSuffix(rest, ".svc")
-	if c := s.clusters[key]; err == nil && svc && port == strconv.Itoa(sync.ClientPort) && c != nil {
-		for _, m := range c.members {
-			if m.Name == pod {
-				return c, m, nil
-			}
-		}
+	var authority string
+	if v := md.Get(":authority"); len(v) > 0 {
+		authority = v[0]
+	}
+	if c, m := s.lookup(authority); m != nil {
+		return c, m, nil
 	}
 	s.recordUnexpected("call for unknown member " + authority)
 	return nil, nil, status.Errorf(codes.NotFound, "etcdsim: no member at %q", authority)
+}
+
+// lookup parses <pod>.<cluster>.<namespace>.svc:2379.
+func (s *etcdSim) lookup(authority string) (*simCluster, *pb.Member) {
+	host, port, err := net.SplitHostPort(authority)
+	if err != nil || port != strconv.Itoa(sync.ClientPort) {
+		return nil, nil
+	}
+	pod, rest, _ := strings.Cut(host, ".")
+	key, ok := strings.CutSuffix(rest, ".svc")
+	if c := s.clusters[key]; ok && c != nil {
+		for _, m := range c.members {
+			if m.Name == pod {
+				return c, m
+			}
+		}
+	}
+	return nil, nil
 }
 
 func header(c *simCluster, m *pb.Member) *pb.ResponseHeader {

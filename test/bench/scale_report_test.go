@@ -16,16 +16,16 @@ const (
 // memory by phase, then what etcd served per healthy sync.
 func scaleReport(warm simCounts, warmSyncs int, alone, mixed phaseResult) string {
 	lines := []string{
-		"| syncs | count | p50 | p99 | max | syncs/s | worker time | hook RSS (target ≤ 64 MiB) | peak RSS | threads | goroutines | heap in use |",
+		"| syncs of (due to done) | count | p50 | p99 | max | syncs/s | worker time | hook RSS (target ≤ 64 MiB) | peak RSS | threads | goroutines | heap in use |",
 		"|---|---|---|---|---|---|---|---|---|---|---|---|",
-		phaseRow("healthy clusters', alone", alone),
-		phaseRow(fmt.Sprintf("healthy clusters', %d unreachable interleaved", len(unreachableAt)), mixed),
+		phaseRow("healthy clusters, alone", alone),
+		phaseRow(fmt.Sprintf("healthy clusters, %d unreachable interleaved", len(unreachableAt)), mixed),
 		fmt.Sprintf("| ratio, interleaved / alone | | %.2f | %.2f | %.2f | %.2f | | | | | | |",
 			ratio(pct(mixed.healthy, 50), pct(alone.healthy, 50)),
 			ratio(pct(mixed.healthy, 99), pct(alone.healthy, 99)),
 			ratio(pct(mixed.healthy, 100), pct(alone.healthy, 100)),
 			mixed.rate()/alone.rate()),
-		fmt.Sprintf("| unreachable clusters' | %d | %s | %s | %s | | %s | | | | | |",
+		fmt.Sprintf("| unreachable clusters | %d | %s | %s | %s | | %s | | | | | |",
 			len(mixed.unreachable), us(pct(mixed.unreachable, 50)), us(pct(mixed.unreachable, 99)), us(pct(mixed.unreachable, 100)),
 			mixed.workerShare(mixed.unreachable)),
 		"",
@@ -44,9 +44,8 @@ func (p phaseResult) rate() float64 {
 }
 
 // workerShare is the part of the workers' time that went into the given
-// syncs: time for which no other cluster could be synced. It is also why
-// healthy syncs may be faster beside unreachable ones: fewer of them run
-// at once.
+// syncs, counted from due to done: time for which no other cluster could
+// be synced.
 func (p phaseResult) workerShare(syncs []time.Duration) string {
 	var busy time.Duration
 	for _, d := range syncs {
