@@ -27,6 +27,12 @@ type Figure struct {
 	// of the etcd processes started for the change. Summed, not the
 	// longest, because the hook adds members one at a time by design.
 	Floor time.Duration
+	// Refused is how long etcd refused the hook's membership steps in the
+	// window ("not ready yet": its strict reconfiguration check wants every
+	// voter connected for 5 s before the next add, and a learner caught up
+	// before its promotion), from each first refusal to the step going
+	// through. It is etcd's time as much as its starts are.
+	Refused time.Duration
 	// Starts is how many etcd processes make up the floor.
 	Starts int
 	Acked  int
@@ -40,20 +46,32 @@ type Figure struct {
 
 // Ratio is wall over floor, or "-" when the change needed no etcd start
 // (a scale-down, a deletion): there is no floor to compare with.
-func (f Figure) Ratio() string {
+func (f Figure) Ratio() string { return ratio(f.Wall, f.Floor) }
+
+// RatioWithRefusals is wall over the floor and etcd's refusals together:
+// the hook's own share of the time.
+func (f Figure) RatioWithRefusals() string {
 	if f.Floor <= 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2f", float64(f.Wall)/float64(f.Floor))
+	return ratio(f.Wall, f.Floor+f.Refused)
+}
+
+func ratio(wall, floor time.Duration) string {
+	if floor <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", float64(wall)/float64(floor))
 }
 
 // ReportHeader is the table's header, markdown so that it can go into
 // BENCHMARKS.md as it is.
-const ReportHeader = "| scenario | wall | floor | ratio | acknowledged | lost | etcd starts | hook calls (peak/s) |\n|---|---|---|---|---|---|---|---|\n"
+const ReportHeader = "| scenario | wall | floor | ratio | etcd refused | ratio to floor + refused | acknowledged | lost | etcd starts | hook calls (peak/s) |\n|---|---|---|---|---|---|---|---|---|---|\n"
 
 // Line renders the figure as a table row.
 func (f Figure) Line() string {
-	return fmt.Sprintf("| %s | %s | %s | %s | %d | %d | %d | %d (%d) |", f.Scenario, round(f.Wall), round(f.Floor), f.Ratio(), f.Acked, f.Lost, f.Starts, f.Syncs, f.PeakSyncs)
+	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %d | %d | %d | %d (%d) |", f.Scenario, round(f.Wall), round(f.Floor), f.Ratio(),
+		round(f.Refused), f.RatioWithRefusals(), f.Acked, f.Lost, f.Starts, f.Syncs, f.PeakSyncs)
 }
 
 func round(d time.Duration) string {
@@ -260,6 +278,53 @@ func LoggedActions(logPath string, c *Cluster) ([]LoggedAction, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// Refused sums, for a cluster's membership steps in [from, to], the time
+// from etcd's first "not ready yet" to the step going through (or to to).
+// Steps are told apart by kind only: an add names a fresh member on each
+// attempt.
+func Refused(logPath string, c *Cluster, from, to time.Time) (time.Duration, error) {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return 0, fmt.Errorf("hook log: %w", err)
+	}
+	defer f.Close()
+	firstRefusal := map[string]time.Time{}
+	var sum time.Duration
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		var line struct {
+			Time      time.Time `json:"time"`
+			Msg       string    `json:"msg"`
+			Namespace string    `json:"namespace"`
+			Name      string    `json:"name"`
+			Action    string    `json:"action"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Namespace != c.Namespace || line.Name != c.Name {
+			continue
+		}
+		if line.Time.Before(from) || line.Time.After(to) {
+			continue
+		}
+		kind, _, _ := strings.Cut(line.Action, " ")
+		switch line.Msg {
+		case "membership step not possible yet":
+			if _, ok := firstRefusal[kind]; !ok {
+				firstRefusal[kind] = line.Time
+			}
+		case "membership step made":
+			if t, ok := firstRefusal[kind]; ok {
+				sum += line.Time.Sub(t)
+				delete(firstRefusal, kind)
+			}
+		}
+	}
+	for _, t := range firstRefusal {
+		sum += to.Sub(t)
+	}
+	return sum, sc.Err()
 }
 
 // CountActions counts logged actions by their first word (add, promote, remove, ...).

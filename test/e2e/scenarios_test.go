@@ -97,7 +97,11 @@ func (s *scenario) converge(step string, start time.Time, syncsBefore, size int)
 	peak := s.checkSyncRate(step, start, at)
 	s.waitWrites(writesAround)
 	acked, lost := s.verifyWrites(step)
-	return Figure{Scenario: step, Wall: at.Sub(start), Floor: floor, Starts: starts, Acked: acked, Lost: lost, Syncs: syncs, PeakSyncs: peak}
+	refused, err := Refused(s.env.Hook.LogPath, s.c, start, at)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return Figure{Scenario: step, Wall: at.Sub(start), Floor: floor, Refused: refused, Starts: starts, Acked: acked, Lost: lost, Syncs: syncs, PeakSyncs: peak}
 }
 
 // checkSyncRate fails the step on a sync loop between from and to.

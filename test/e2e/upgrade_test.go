@@ -355,7 +355,11 @@ func (s *scenario) upgrade(step, version string, start time.Time, syncsBefore, s
 	peak := s.checkSyncRate(step, start, at)
 	s.waitWrites(writesAround)
 	acked, lost := s.verifyWrites(step)
-	return Figure{Scenario: step, Wall: at.Sub(start), Floor: floor, Starts: starts, Acked: acked, Lost: lost, Syncs: syncs, PeakSyncs: peak}
+	refused, err := Refused(s.env.Hook.LogPath, s.c, start, at)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return Figure{Scenario: step, Wall: at.Sub(start), Floor: floor, Refused: refused, Starts: starts, Acked: acked, Lost: lost, Syncs: syncs, PeakSyncs: peak}
 }
 
 // waitCondition waits for the parent's condition typ to satisfy ok and
