@@ -21,7 +21,7 @@ func (c *cluster) Apply(ctx context.Context, a sync.Action) ([]sync.Member, erro
 	ctx, cancel := bounded(ctx, CallTimeout)
 	defer cancel()
 	var members []sync.Member
-	err := c.member(a.LeaderEndpoint, func(cn *conn) error {
+	err := c.member(ctx, a.LeaderEndpoint, func(ctx context.Context, cn *conn) error {
 		var err error
 		members, err = apply(ctx, leader{
 			Cluster:     clientv3.NewClusterFromClusterClient(pb.NewClusterClient(cn.cc), nil),

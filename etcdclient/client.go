@@ -7,6 +7,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/etcdhook/etcd-hook/sync"
 )
@@ -21,14 +22,27 @@ type cluster struct {
 	statuses []endpointStatus
 }
 
-// member runs fn against one endpoint's connection.
-func (c *cluster) member(endpoint string, fn func(*conn) error) error {
+// member runs fn against one endpoint's connection. A connection that is
+// not up gets ConnectTimeout to come up and answer, not the sync's whole
+// budget: a member that cannot be reached holds one of Metacontroller's
+// few workers for as long as the hook waits on it, and a reachable one
+// connects in milliseconds.
+func (c *cluster) member(ctx context.Context, endpoint string, fn func(context.Context, *conn) error) error {
 	cn, err := c.conns.acquire(endpoint)
 	if err != nil {
 		return err
 	}
 	defer c.conns.release(cn)
-	return fn(cn)
+	if cn.cc.GetState() == connectivity.Ready {
+		return fn(ctx, cn)
+	}
+	connecting, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	defer cancel()
+	err = fn(connecting, cn)
+	if err != nil && connecting.Err() != nil && ctx.Err() == nil {
+		c.conns.discard(cn)
+	}
+	return err
 }
 
 type endpointStatus struct {
@@ -49,7 +63,7 @@ func (st endpointStatus) lister() bool { return st.voter() && st.resp.Leader != 
 
 func (c *cluster) status(ctx context.Context, endpoint string) endpointStatus {
 	var resp *pb.StatusResponse
-	err := c.member(endpoint, func(cn *conn) error {
+	err := c.member(ctx, endpoint, func(ctx context.Context, cn *conn) error {
 		var err error
 		resp, err = pb.NewMaintenanceClient(cn.cc).Status(ctx, &pb.StatusRequest{})
 		if err != nil && ctx.Err() != nil {
@@ -62,7 +76,7 @@ func (c *cluster) status(ctx context.Context, endpoint string) endpointStatus {
 
 func (c *cluster) memberList(ctx context.Context, endpoint string, read consistency) (*clientv3.MemberListResponse, error) {
 	var resp *clientv3.MemberListResponse
-	err := c.member(endpoint, func(cn *conn) error {
+	err := c.member(ctx, endpoint, func(ctx context.Context, cn *conn) error {
 		var opts []clientv3.OpOption
 		if read == local {
 			opts = append(opts, clientv3.WithSerializable())

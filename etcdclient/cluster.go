@@ -42,6 +42,10 @@ const (
 	// ObserveTimeout bounds the whole read of a cluster's state; the reads
 	// run in parallel within it.
 	ObserveTimeout = 1500 * time.Millisecond
+	// ConnectTimeout bounds a call on a connection that is not up yet,
+	// dial included: far more than a member that answers takes, and a
+	// third of what a member that does not answer would otherwise cost.
+	ConnectTimeout = 500 * time.Millisecond
 )
 
 // ErrNotReady means etcd refused a step only because the cluster is not

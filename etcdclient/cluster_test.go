@@ -2,6 +2,7 @@ package etcdclient_test
 
 import (
 	"context"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -267,4 +268,40 @@ func TestRestartedMemberIsSeenSoon(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("reachable %v after it was healthy again", time.Since(back).Round(time.Millisecond))
+}
+
+// TestSilentMemberCostsTheConnectBudget: a member whose address accepts TCP
+// and never speaks (a hung node, a proxy with nothing behind it) costs a
+// sync the connect budget, not the whole read budget: Metacontroller's few
+// workers wait on it.
+func TestSilentMemberCostsTheConnectBudget(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for c := range accepted {
+			c.Close()
+		}
+	})
+	c := dial(t, []string{"http://" + ln.Addr().String()})
+	start := time.Now()
+	if _, err := c.Membership(context.Background()); err == nil {
+		t.Fatal("want an error from a member that never answers")
+	}
+	if took := time.Since(start); took >= etcdclient.ObserveTimeout {
+		t.Errorf("a silent member cost %v, the whole read budget; want about the connect budget %v", took, etcdclient.ConnectTimeout)
+	}
 }

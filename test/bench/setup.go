@@ -30,6 +30,8 @@ type rig struct {
 	server  *httptest.Server
 	client  *http.Client
 	request []byte
+	// etcd is what the hook reads of the cluster in a steady sync.
+	etcd etcdclient.Cluster
 }
 
 func newRig(tb testing.TB, members int) *rig {
@@ -69,10 +71,19 @@ func newRig(tb testing.TB, members int) *rig {
 		tb.Fatal(err)
 	}
 
+	var endpoints []string
+	for _, name := range names {
+		endpoints = append(endpoints, sync.ClientURL(name, o.Cluster.Name, o.Cluster.Namespace, ""))
+	}
+	etcd, err := reconciler.Dialer.Cluster(endpoints)
+	if err != nil {
+		tb.Fatal(err)
+	}
+
 	mux := http.NewServeMux()
 	mux.Handle("/sync", hooks.SyncHandler(reconciler))
 	mux.Handle("/echo", echoHandler(d))
-	r := &rig{members: members, server: httptest.NewServer(mux), request: request}
+	r := &rig{members: members, server: httptest.NewServer(mux), request: request, etcd: etcd}
 	tb.Cleanup(r.server.Close)
 	r.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 	// The hook must answer the steady request with no membership step.
@@ -118,6 +129,15 @@ func (r *rig) post(tb testing.TB, path string) []byte {
 		tb.Fatalf("%s: HTTP %d %v: %.300s", path, resp.StatusCode, err, out)
 	}
 	return out
+}
+
+// timedRead reads the cluster as a steady sync does, on its own.
+func (r *rig) timedRead(tb testing.TB) time.Duration {
+	start := time.Now()
+	if _, err := r.etcd.Membership(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Since(start)
 }
 
 // timed posts once and returns the round-trip time.
