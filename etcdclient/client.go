@@ -36,13 +36,11 @@ func (c *cluster) member(ctx context.Context, endpoint string, fn func(context.C
 	if cn.cc.GetState() == connectivity.Ready {
 		return fn(ctx, cn)
 	}
+	// The connection is kept: gRPC keeps trying it (backoff capped at 1 s),
+	// and while it is down a call fails at once instead of waiting.
 	connecting, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
-	err = fn(connecting, cn)
-	if err != nil && connecting.Err() != nil && ctx.Err() == nil {
-		c.conns.discard(cn)
-	}
-	return err
+	return fn(connecting, cn)
 }
 
 type endpointStatus struct {
@@ -64,9 +62,11 @@ func (st endpointStatus) lister() bool { return st.voter() && st.resp.Leader != 
 func (c *cluster) status(ctx context.Context, endpoint string) endpointStatus {
 	var resp *pb.StatusResponse
 	err := c.member(ctx, endpoint, func(ctx context.Context, cn *conn) error {
+		wasUp := cn.cc.GetState() == connectivity.Ready
 		var err error
 		resp, err = pb.NewMaintenanceClient(cn.cc).Status(ctx, &pb.StatusRequest{})
-		if err != nil && ctx.Err() != nil {
+		if err != nil && ctx.Err() != nil && wasUp {
+			// Up, yet silent: stalled, as a partition leaves a connection.
 			c.conns.discard(cn)
 		}
 		return err
