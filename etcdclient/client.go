@@ -36,8 +36,11 @@ func (c *cluster) member(ctx context.Context, endpoint string, fn func(context.C
 	if cn.cc.GetState() == connectivity.Ready {
 		return fn(ctx, cn)
 	}
-	// The connection is kept: gRPC keeps trying it (backoff capped at 1 s),
-	// and while it is down a call fails at once instead of waiting.
+	// Try now rather than when gRPC's backoff next would: a member that
+	// has just restarted (each does, in an upgrade) then answers in this
+	// sync, not in the one after the backoff. Calls wait for the
+	// connection (WaitForReady) until their deadline.
+	cn.cc.ResetConnectBackoff()
 	connecting, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
 	return fn(connecting, cn)

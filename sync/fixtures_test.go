@@ -67,8 +67,9 @@ func memberPod(name string, phase corev1.PodPhase, ready bool) *corev1.Pod {
 			Volumes:    []corev1.Volume{{Name: dataVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		},
 		Status: corev1.PodStatus{
-			Phase:      phase,
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: readiness}},
+			Phase:             phase,
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: readiness}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "etcd", Image: "quay.io/coreos/etcd:v3.6.16", Ready: ready}},
 		},
 	}
 }

@@ -3,6 +3,7 @@ package sync
 import (
 	"fmt"
 	"maps"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -185,6 +186,40 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// readyOn reports a Pod ready on the given image. After an image change
+// the Pod's Ready condition still speaks for the old container until the
+// kubelet next reports, and so may what Metacontroller sends; only the
+// container's own status says which image its readiness is for.
+func readyOn(p *corev1.Pod, image string) bool {
+	if !podReady(p) {
+		return false
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == "etcd" {
+			return c.Ready && sameImage(c.Image, image)
+		}
+	}
+	return false
+}
+
+// sameImage compares image references as a container runtime reports them:
+// a name without a registry is on docker.io, and one without a namespace
+// there is in library/.
+func sameImage(a, b string) bool { return normalizeImage(a) == normalizeImage(b) }
+
+func normalizeImage(ref string) string {
+	first, rest, found := strings.Cut(ref, "/")
+	switch {
+	case !found:
+		return "docker.io/library/" + ref
+	case !strings.ContainsAny(first, ".:") && first != "localhost":
+		return "docker.io/" + ref
+	case first == "index.docker.io":
+		return "docker.io/" + rest
+	}
+	return ref
 }
 
 // podFinished reports a Pod that will never run its container again:

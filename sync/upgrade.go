@@ -174,7 +174,7 @@ func (p *planner) rolling() bool {
 func (p *planner) runsTarget(v, leader memberView) bool {
 	want, _ := parseVersion(p.spec.Version)
 	got, ok := parseVersion(v.Version)
-	if !v.ready || !v.Reachable || !ok || got != want {
+	if !readyOn(v.pod, p.spec.Image()) || !v.Reachable || !ok || got != want {
 		return false
 	}
 	return v.ID == leader.ID || learnerCaughtUp(v.Member, leader.Member)
@@ -185,7 +185,7 @@ func (p *planner) runsTarget(v, leader memberView) bool {
 // change of status makes Metacontroller sync again at once.
 func (p *planner) upgradeProgress(v memberView) string {
 	switch {
-	case !v.ready:
+	case !readyOn(v.pod, p.spec.Image()):
 		return "is restarting on " + p.spec.Version
 	case !v.Reachable:
 		return "does not answer yet"

@@ -10,8 +10,12 @@ import (
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 )
 
+// onVersion is a Pod whose container was created on version, and runs it.
 func onVersion(p *corev1.Pod, version string) *corev1.Pod {
 	p.Spec.Containers[0].Image = "quay.io/coreos/etcd:v" + version
+	for i := range p.Status.ContainerStatuses {
+		p.Status.ContainerStatuses[i].Image = p.Spec.Containers[0].Image
+	}
 	return p
 }
 
@@ -116,6 +120,15 @@ func TestPlanUpgrade(t *testing.T) {
 		}),
 		want:        upgradeSummary{Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonRollingUpgrade},
 		wantMessage: "upgrading member demo-m1, which still runs 3.5.35",
+	}, {
+		name: "a Pod status from before the restart is no evidence",
+		reason: "the new etcd already answers on the new version, but the Pod's readiness still speaks for the old container: " +
+			"the next member must wait until the kubelet reports the new one ready, or two would be down at once",
+		in: with(upgradeCluster(next, old, next, old), func(o *Observed) {
+			o.Pods[name(1)].Status.ContainerStatuses[0].Image = "quay.io/coreos/etcd:v" + old
+		}),
+		want:        upgradeSummary{Reimaged: map[string]string{}, Upgrading: "True", Reason: ReasonRollingUpgrade},
+		wantMessage: "upgrading member demo-m1, which is restarting on " + next,
 	}, {
 		name: "a member restarting on the new image is in progress",
 		reason: "the kubelet stopped the old container (exit 143) and starts the new one: every member goes through this, " +
@@ -296,5 +309,24 @@ func TestUpgradeStatusIgnoresRaftIndex(t *testing.T) {
 	}
 	if diff := cmp.Diff(first, at(50)); diff != "" {
 		t.Errorf("status changed with the catching-up member's raft index (-at 10 +at 50):\n%s", diff)
+	}
+}
+
+func TestSameImage(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{"quay.io/coreos/etcd:v3.6.16", "quay.io/coreos/etcd:v3.6.16", true},
+		{"etcd:v3.6.16", "docker.io/library/etcd:v3.6.16", true},
+		{"bitnami/etcd:3.6.16", "docker.io/bitnami/etcd:3.6.16", true},
+		{"localhost:5000/etcd:v3.6.16", "localhost:5000/etcd:v3.6.16", true},
+		{"quay.io/coreos/etcd:v3.5.35", "quay.io/coreos/etcd:v3.6.16", false},
+		{"registry.local/etcd:v3.6.16", "docker.io/etcd:v3.6.16", false},
+	}
+	for _, tt := range tests {
+		if got := sameImage(tt.a, tt.b); got != tt.want {
+			t.Errorf("sameImage(%q, %q) = %v, want %v: a runtime reports references normalized", tt.a, tt.b, got, tt.want)
+		}
 	}
 }

@@ -194,6 +194,15 @@ func TestSeedExampleConverges(t *testing.T) {
 	}
 }
 
+// Scenario 1b: a cluster of 5 from nothing, one member at a time.
+func TestCreateFive(t *testing.T) {
+	s := newScenario(t, "3.6.16")
+	Report(t, s.create("create, size 5, v3.6.16", "3.6.16", 5))
+	if got := len(s.members()); got != 5 {
+		t.Errorf("etcd lists %d members, want 5", got)
+	}
+}
+
 // Scenario 2: scale 3 → 5 → 3 → 1 → 3, one step converged before the next.
 func TestScale(t *testing.T) {
 	s := seeded(t)
