@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -33,18 +34,28 @@ func (c *cluster) member(ctx context.Context, endpoint string, fn func(context.C
 		return err
 	}
 	defer c.conns.release(cn)
-	if cn.cc.GetState() == connectivity.Ready {
+	state := cn.cc.GetState()
+	if state == connectivity.Ready {
 		return fn(ctx, cn)
 	}
-	// Try now rather than when gRPC's backoff next would: a member that
-	// has just restarted (each does, in an upgrade) then answers in this
-	// sync, not in the one after the backoff. Calls wait for the
-	// connection (WaitForReady) until their deadline.
-	cn.cc.ResetConnectBackoff()
 	connecting, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
+	if state == connectivity.TransientFailure {
+		// Try now rather than when gRPC's backoff next would: a member
+		// that has just restarted (each does, in an upgrade) then answers
+		// in this sync, not in one after the backoff. One that is still
+		// down refuses the new attempt at once, and the call fails fast.
+		cn.cc.ResetConnectBackoff()
+		retry, stop := context.WithTimeout(connecting, reconnectWait)
+		cn.cc.WaitForStateChange(retry, connectivity.TransientFailure)
+		stop()
+	}
 	return fn(connecting, cn)
 }
+
+// reconnectWait bounds the wait for a connection in backoff to start its
+// new attempt, which takes microseconds.
+const reconnectWait = 50 * time.Millisecond
 
 type endpointStatus struct {
 	endpoint string

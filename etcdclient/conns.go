@@ -149,10 +149,6 @@ func dial(endpoint string) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithReadBufferSize(ioBufferBytes),
 		grpc.WithWriteBufferSize(ioBufferBytes),
-		// Every call is bounded by its context; a call on a connection
-		// that is coming up waits for it within that bound rather than
-		// failing while a member restarts.
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
 		// gRPC's default reconnect backoff grows to 120 s. A member that
 		// restarts (every member does, in an upgrade) fails the Status of
 		// each sync meanwhile, and the hook would then not see it back for

@@ -24,35 +24,14 @@ import (
 	"github.com/etcdhook/etcd-hook/reconcile"
 )
 
-// blackhole accepts TCP connections and never answers: an etcd that is
-// unreachable in the worst way, where every call runs into its timeout
-// instead of failing at once.
+// blackhole is the URL of an etcd that accepts connections and never
+// answers (see serveBlackhole).
 func blackhole(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var held []net.Conn
-	var mu gosync.Mutex
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			c.Close()
-		}
-	})
+	t.Cleanup(serveBlackhole(l))
 	return "http://" + l.Addr().String()
 }
 
