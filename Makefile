@@ -119,7 +119,8 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 bench: build etcd-bins ## measure the hook against its floor (BENCHMARKS.md tables)
 	BENCH_REPORT=1 BENCH_REPORT_FILE=$(BIN_DIR)/hook-cost.md BENCH_ISOLATION_FILE=$(BIN_DIR)/isolation.md \
 		$(GO) test ./test/bench -run '^Test(HookCost|UnreachableIsolation)Report$$' -count=1 -v -timeout 20m
-	$(GO) test ./test/bench -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -count=1
+	$(GO) test ./test/bench ./sync -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -count=1
+	BENCH_REPORT=1 $(GO) test ./etcdclient -run '^TestConnectionCostReport$$' -count=1 -v
 	BENCH_REPORT=1 BENCH_SCALE_FILE=$(BIN_DIR)/scale.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 20m
 	ETCDHOOK_E2E_REPORT=$(BIN_DIR)/convergence.md $(GO) test ./test/e2e/ -count=1 -timeout 15m
 	@echo "tables: $(BIN_DIR)/hook-cost.md $(BIN_DIR)/isolation.md $(BIN_DIR)/scale.md $(BIN_DIR)/convergence.md"

@@ -14,9 +14,10 @@ type Pool struct {
 // Defaults of NewPool.
 const (
 	// DefaultMaxIdleConns bounds the connections kept between syncs. Each
-	// costs some 45 KiB (24 KiB of heap, and the stacks of its five
-	// goroutines), so 256 hold about 11 MiB; a sync of a cluster whose
-	// connections were closed pays a dial per member instead.
+	// costs some 43 KiB (25 KiB of heap, and the stacks of its five
+	// goroutines; TestConnectionCostReport), so 256 hold about 11 MiB; a
+	// sync of a cluster whose connections were closed pays a dial per
+	// member instead.
 	DefaultMaxIdleConns = 256
 	// DefaultIdleTimeout closes the connections of clusters that are no
 	// longer synced, such as deleted ones.
