@@ -114,7 +114,7 @@ type listResult struct {
 func (c *cluster) Membership(ctx context.Context) (*sync.Membership, error) {
 	ctx, cancel := bounded(ctx, ObserveTimeout)
 	defer cancel()
-	statuses, listed := c.readStatuses(ctx, local)
+	statuses, listed := c.readStatuses(ctx)
 	c.statuses = statuses
 	return c.membership(ctx, statuses, listed, local)
 }
@@ -124,17 +124,18 @@ func (c *cluster) Membership(ctx context.Context) (*sync.Membership, error) {
 // Membership holds: asking again would wait once more on a member that
 // does not answer.
 func (c *cluster) Confirm(ctx context.Context) (*sync.Membership, error) {
+	if c.statuses == nil {
+		if _, err := c.Membership(ctx); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := bounded(ctx, ObserveTimeout)
 	defer cancel()
-	statuses := c.statuses
 	var listed <-chan listResult
-	if statuses == nil {
-		statuses, listed = c.readStatuses(ctx, linearizable)
-		c.statuses = statuses
-	} else if i := slices.IndexFunc(statuses, endpointStatus.lister); i >= 0 {
-		listed = c.listAsync(ctx, statuses[i].endpoint, linearizable)
+	if i := slices.IndexFunc(c.statuses, endpointStatus.lister); i >= 0 {
+		listed = c.listAsync(ctx, c.statuses[i].endpoint, linearizable)
 	}
-	return c.membership(ctx, statuses, listed, linearizable)
+	return c.membership(ctx, c.statuses, listed, linearizable)
 }
 
 func (c *cluster) membership(ctx context.Context, statuses []endpointStatus, listed <-chan listResult, read consistency) (*sync.Membership, error) {
@@ -161,25 +162,20 @@ func (c *cluster) membership(ctx context.Context, statuses []endpointStatus, lis
 	return nil, wrap("member list", listErr)
 }
 
-// readStatuses asks every endpoint for its status, and starts reading the
-// list: from the first endpoint at once for a local read, from the first
-// voter that knows a leader for a linearizable one.
-func (c *cluster) readStatuses(ctx context.Context, read consistency) ([]endpointStatus, <-chan listResult) {
+// readStatuses asks every endpoint for its status and, meanwhile, the
+// first endpoint for its own copy of the list.
+func (c *cluster) readStatuses(ctx context.Context) ([]endpointStatus, <-chan listResult) {
 	results := make(chan endpointStatus, len(c.endpoints))
 	for _, ep := range c.endpoints {
 		go func() { results <- c.status(ctx, ep) }()
 	}
 	var listed <-chan listResult
-	if read == local && len(c.endpoints) > 0 {
-		listed = c.listAsync(ctx, c.endpoints[0], read)
+	if len(c.endpoints) > 0 {
+		listed = c.listAsync(ctx, c.endpoints[0], local)
 	}
 	statuses := make([]endpointStatus, 0, len(c.endpoints))
 	for range c.endpoints {
-		st := <-results
-		statuses = append(statuses, st)
-		if listed == nil && st.lister() {
-			listed = c.listAsync(ctx, st.endpoint, read)
-		}
+		statuses = append(statuses, <-results)
 	}
 	return statuses, listed
 }
