@@ -146,7 +146,7 @@ func (c *cluster) membership(ctx context.Context, statuses []endpointStatus, lis
 	if listed != nil {
 		res := <-listed
 		if res.err == nil {
-			ms := membershipFrom(res.resp.Members, statuses)
+			ms := membershipFrom(res.resp, statuses)
 			ms.Stale = stale
 			return ms, nil
 		}
@@ -155,7 +155,7 @@ func (c *cluster) membership(ctx context.Context, statuses []endpointStatus, lis
 	// A member that is up still knows the membership without a quorum:
 	// good enough to report which members are missing, never to act on.
 	if list := c.localList(ctx, statuses); list != nil {
-		ms := membershipFrom(list.Members, statuses)
+		ms := membershipFrom(list, statuses)
 		ms.Stale = stale || read == linearizable
 		return ms, nil
 	}
@@ -212,7 +212,8 @@ func (c *cluster) localList(parent context.Context, statuses []endpointStatus) *
 	return nil
 }
 
-func membershipFrom(members []*pb.Member, statuses []endpointStatus) *sync.Membership {
+func membershipFrom(list *clientv3.MemberListResponse, statuses []endpointStatus) *sync.Membership {
+	members := list.Members
 	byID := map[uint64]*pb.StatusResponse{}
 	leaderVotes := map[uint64]int{}
 	for _, st := range statuses {
@@ -225,6 +226,9 @@ func membershipFrom(members []*pb.Member, statuses []endpointStatus) *sync.Membe
 		}
 	}
 	ms := &sync.Membership{Members: make([]sync.Member, 0, len(members))}
+	if list.Header != nil {
+		ms.ClusterID = list.Header.ClusterId
+	}
 	for _, m := range members {
 		member := toMember(m)
 		if st, ok := byID[m.ID]; ok {

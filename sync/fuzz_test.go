@@ -3,12 +3,16 @@ package sync
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
 )
 
 // scenario turns fuzz bytes into an observation: each byte decides one
@@ -71,7 +75,40 @@ func scenario(data []byte) *Observed {
 	if o.Membership != nil && len(o.Membership.Members) > 0 {
 		o.Membership.LeaderID = o.Membership.Members[int(next())%len(o.Membership.Members)].ID
 	}
+	// What the request says of the cluster's past: the bootstrap record,
+	// the recreate-empty annotation, claims.
+	past := next()
+	seed := SeedName(c.Name, string(c.UID))
+	if past&1 != 0 {
+		c.Status.Bootstrap = &v1beta2.BootstrapStatus{SeedMember: seed, Bootstrapped: past&2 != 0}
+	}
+	if past&4 != 0 {
+		c.Annotations = map[string]string{v1beta2.AnnotationRecreateEmpty: seed}
+	}
+	if past&8 != 0 {
+		claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: seed, Namespace: testNS}}
+		if past&16 != 0 {
+			claim.DeletionTimestamp = &metav1.Time{Time: testNow}
+		}
+		o.PVCs[seed] = claim
+	}
 	return o
+}
+
+// startsNewCluster names the Pods of the answer that are not observed yet
+// and would bootstrap a cluster of their own.
+func startsNewCluster(o *Observed, d Decision) []string {
+	var out []string
+	for _, c := range d.Children {
+		pod, ok := c.Object.(*corev1.Pod)
+		if _, exists := o.Pods[c.Name]; !ok || exists {
+			continue
+		}
+		if slices.Contains(pod.Spec.Containers[0].Command, "--initial-cluster-state=new") {
+			out = append(out, c.Name)
+		}
+	}
+	return out
 }
 
 // FuzzPlan checks the planner's safety invariants on arbitrary clusters.
@@ -81,6 +118,11 @@ func FuzzPlan(f *testing.F) {
 	f.Add([]byte{2, 0, 6, 3, 0x10, 0x11, 50, 0})
 	f.Add([]byte{0, 0, 6, 3, 0x10, 0x10, 0x10})
 	f.Add([]byte{4, 2, 14, 3, 0x10, 0x14, 0x14})
+	// Every member gone from a cluster recorded as bootstrapped, with and
+	// without the recreate-empty annotation, and with a claim being deleted.
+	f.Add([]byte{4, 0, 0, 0, 3})
+	f.Add([]byte{4, 0, 0, 0, 7})
+	f.Add([]byte{4, 0, 0, 0, 27})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		o := scenario(data)
 		before := fmt.Sprint(o.Membership)
@@ -93,6 +135,18 @@ func FuzzPlan(f *testing.F) {
 		o.FreshSuffix = "other"
 		if diff := cmp.Diff(d.Status, Plan(o).Status); diff != "" {
 			t.Fatalf("status depends on the fresh member name (-first +second):\n%s", diff)
+		}
+		// A cluster recorded as bootstrapped is never bootstrapped again
+		// unless the recreate-empty annotation names it, and the record
+		// says so until then.
+		if rec := o.Cluster.Status.Bootstrap; rec != nil && rec.Bootstrapped {
+			recreate := o.Cluster.Annotations[v1beta2.AnnotationRecreateEmpty] == rec.SeedMember
+			if pods := startsNewCluster(o, d); len(pods) > 0 && !recreate {
+				t.Fatalf("a cluster recorded as bootstrapped gets new Pods with --initial-cluster-state=new: %v", pods)
+			}
+			if got := d.Status.Bootstrap; !recreate && (got == nil || !got.Bootstrapped || got.SeedMember != rec.SeedMember) {
+				t.Fatalf("the bootstrap record %+v became %+v", rec, got)
+			}
 		}
 		inAnswer := map[string]bool{}
 		for _, c := range d.Children {

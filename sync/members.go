@@ -105,13 +105,9 @@ func (p *planner) memberChildren(views []memberView) []Child {
 		case v.pod != nil:
 			children = append(children, keepPod(v.pod))
 		case !v.Started() || (v.persistent && v.claim != nil):
-			state := "existing"
-			if len(ms.Members) == 1 {
-				state = "new"
-			}
-			children = append(children, Child{Kind: KindPod, Name: v.name, Object: renderMemberPod(memberPodInput{
-				cluster: c, spec: p.spec, name: v.name, initialCluster: initialCluster(ms, c.Name), state: state,
-			})})
+			// Always "existing": etcd answered, so the cluster exists, and a
+			// member that restarts on its claim ignores the flag anyway.
+			children = append(children, Child{Kind: KindPod, Name: v.name, Object: p.memberPod(v.name, initialCluster(ms, c.Name), "existing")})
 		}
 		if v.persistent {
 			if v.claim != nil {

@@ -47,6 +47,8 @@ type Membership struct {
 	// Stale is set when no quorum answered and the list is one member's
 	// local view. It is good enough to report, never to act on.
 	Stale bool
+	// ClusterID is etcd's ID of the cluster that answered; 0 if unknown.
+	ClusterID uint64
 }
 
 // Member is one etcd member, with what its own endpoint said about it.
@@ -90,7 +92,7 @@ func (ms *Membership) WithMembers(members []Member) *Membership {
 	for _, m := range ms.Members {
 		seen[m.ID] = m
 	}
-	out := &Membership{LeaderID: ms.LeaderID, Members: make([]Member, 0, len(members))}
+	out := &Membership{LeaderID: ms.LeaderID, ClusterID: ms.ClusterID, Members: make([]Member, 0, len(members))}
 	for _, m := range members {
 		if old, ok := seen[m.ID]; ok {
 			m.Reachable, m.Version, m.RaftIndex, m.Errors = old.Reachable, old.Version, old.RaftIndex, old.Errors

@@ -42,11 +42,14 @@ const StartTimeout = 5 * time.Minute
 type planner struct {
 	o    *Observed
 	spec v1beta2.ClusterSpec
+	// rec is the bootstrap record this sync writes; see bootstrap.go.
+	rec *v1beta2.BootstrapStatus
 }
 
 // Plan decides one sync. See the package documentation for the protocol.
 func Plan(o *Observed) Decision {
 	p := &planner{o: o, spec: o.Cluster.Spec.WithDefaults()}
+	p.rec = p.bootstrapRecord()
 	switch {
 	case o.Finalizing:
 		return p.finalize()

@@ -36,6 +36,16 @@ type memberPodInput struct {
 	// empty data dir; etcd ignores them once it has data.
 	initialCluster string
 	state          string
+	// seed and token name the etcd cluster the member belongs to.
+	seed, token string
+}
+
+// memberPod renders a member's Pod for the cluster this sync runs.
+func (p *planner) memberPod(name, initialCluster, state string) *corev1.Pod {
+	return renderMemberPod(memberPodInput{
+		cluster: p.o.Cluster, spec: p.spec, name: name, initialCluster: initialCluster, state: state,
+		seed: p.seed(), token: p.clusterToken(),
+	})
 }
 
 func memberLabels(cluster, member string, policy *v1beta2.PodPolicy) map[string]string {
@@ -61,6 +71,7 @@ func renderMemberPod(in memberPodInput) *corev1.Pod {
 		maps.Copy(annotations, policy.Annotations)
 	}
 	annotations[AnnotationVersion] = spec.Version
+	annotations[AnnotationSeedMember] = in.seed
 
 	container := corev1.Container{
 		Name:    "etcd",
@@ -122,7 +133,7 @@ func etcdCommand(in memberPodInput, domain string) []string {
 		"--initial-advertise-peer-urls=" + PeerURL(in.name, c.Name, c.Namespace, domain),
 		"--initial-cluster=" + in.initialCluster,
 		"--initial-cluster-state=" + in.state,
-		"--initial-cluster-token=" + ClusterToken(c.Name, string(c.UID)),
+		"--initial-cluster-token=" + in.token,
 	}
 }
 

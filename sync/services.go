@@ -1,6 +1,8 @@
 package sync
 
 import (
+	"encoding/json"
+
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,10 +17,17 @@ func ClientServiceName(cluster string) string { return cluster + "-client" }
 // peerService is headless and publishes members before they are ready:
 // a member's DNS name must resolve while it is still joining, or it can
 // never catch up and become ready.
-func peerService(c *v1beta2.EtcdCluster) *corev1.Service {
+//
+// It also carries the copy of the bootstrap record (see bootstrap.go).
+func peerService(c *v1beta2.EtcdCluster, rec *v1beta2.BootstrapStatus) *corev1.Service {
+	var annotations map[string]string
+	if rec != nil {
+		record, _ := json.Marshal(rec)
+		annotations = map[string]string{AnnotationBootstrap: string(record)}
+	}
 	return &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: selectorLabels(c.Name)},
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: selectorLabels(c.Name), Annotations: annotations},
 		Spec: corev1.ServiceSpec{
 			ClusterIP:                corev1.ClusterIPNone,
 			PublishNotReadyAddresses: true,

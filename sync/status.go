@@ -130,6 +130,7 @@ func (p *planner) status(r report) v1beta2.ClusterStatus {
 		ClientPort:         ClientPort,
 		CurrentVersion:     version,
 		TargetVersion:      p.spec.Version,
+		Bootstrap:          p.rec,
 	}
 	for _, cc := range []struct {
 		t v1beta2.ConditionType

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -13,52 +14,53 @@ import (
 // another image than the target's gets the target's: see rescuable), and
 // members whose Pod is gone but whose data is on a claim get their Pod
 // back, which is how a cluster whose Pods all died comes back with its data.
+//
+// A cluster with no Pod and no claim left is bootstrapped only if it never
+// ran (see bootstrap.go); one that ran has lost every member, and says so.
 func (p *planner) withoutMembership() Decision {
-	o, c := p.o, p.o.Cluster
+	o := p.o
+	lost := p.survivors() == 0 && p.rec != nil && p.rec.Bootstrapped
+	recreate := lost && p.recreateRequested()
+	fresh := len(o.Pods) == 0 && len(o.PVCs) == 0 && !lost
+	lostSeed := ""
+	switch {
+	case recreate:
+		lostSeed = p.rec.SeedMember
+		p.rec = &v1beta2.BootstrapStatus{SeedMember: p.recreatedSeed(lostSeed), RecreatedFrom: lostSeed}
+	case fresh && p.rec == nil:
+		p.rec = &v1beta2.BootstrapStatus{SeedMember: p.seed()}
+	}
+
 	children := p.commonChildren()
-	live := 0
 	for _, pod := range o.Pods {
 		if p.rescuable(pod) {
 			children = append(children, p.reimagedPod(pod))
 		} else {
 			children = append(children, keepPod(pod))
 		}
-		live++
 	}
 	recovered := 0
 	for name, claim := range o.PVCs {
 		children = append(children, keep(KindPVC, name, claim.Annotations, func() any { return claim }))
-		if _, hasPod := o.Pods[name]; hasPod || claim.DeletionTimestamp != nil {
-			continue
+		if _, hasPod := o.Pods[name]; !hasPod && claim.DeletionTimestamp == nil {
+			children = append(children, Child{Kind: KindPod, Name: name, Object: p.recoveredPod(name)})
+			recovered++
 		}
-		children = append(children, Child{Kind: KindPod, Name: name, Object: p.recoveredPod(name)})
-		recovered++
 	}
 
 	r := p.observe()
 	d := Decision{ResyncAfter: resyncTrouble}
 	switch {
-	case live == 0 && len(o.PVCs) == 0 && everHadMembers(c):
-		// Every member and its data is gone. Bootstrapping a fresh, empty
-		// cluster under the same name would hide that loss from clients.
-		r.phase = v1beta2.PhaseFailed
-		r.available = conditionFalse(ReasonAllMembersLost, "every member Pod is gone and no member kept its data on a PVC; restore from a backup, or delete and recreate the EtcdCluster to start empty")
-		r.problems = append([]problem{{ReasonAllMembersLost, r.available.message}}, r.problems...)
-		r.progressing = conditionFalse(ReasonAllMembersLost, "nothing left to reconcile")
-	case live == 0 && len(o.PVCs) == 0:
-		seed := SeedName(c.Name, string(c.UID))
-		children = append(children, Child{Kind: KindPod, Name: seed, Object: renderMemberPod(memberPodInput{
-			cluster: c, spec: p.spec, name: seed,
-			initialCluster: seed + "=" + PeerURL(seed, c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix()),
-			state:          "new",
-		})})
-		if p.spec.Persistent() {
-			children = append(children, Child{Kind: KindPVC, Name: seed, Object: memberClaim(c, p.spec, seed)})
-		}
-		r.phase = v1beta2.PhaseCreating
-		r.size = 0
-		r.unready = []string{seed}
-		r.progressing = conditionTrue(ReasonBootstrapping, "starting the seed member "+seed)
+	case recreate:
+		children = p.seedChildren(children)
+		p.seeding(&r, fmt.Sprintf("starting the seed member %s of a new, empty cluster: the %s annotation accepted the loss of the cluster seeded by %s",
+			p.seed(), v1beta2.AnnotationRecreateEmpty, lostSeed))
+		d.ResyncAfter = resyncWaiting
+	case lost:
+		p.allMembersLost(&r)
+	case fresh:
+		children = p.seedChildren(children)
+		p.seeding(&r, "starting the seed member "+p.seed())
 		d.ResyncAfter = resyncWaiting
 	case recovered > 0:
 		r.progressing = conditionTrue(ReasonRecoveringMembers, "recreating the Pods of members whose data is on a PVC")
@@ -73,21 +75,82 @@ func (p *planner) withoutMembership() Decision {
 	return d
 }
 
-// everHadMembers reads the previous status: once the hook has reported a
-// running cluster, an empty observation means loss, not a fresh start.
-func everHadMembers(c *v1beta2.EtcdCluster) bool {
-	st := c.Status
-	return st.Phase == v1beta2.PhaseRunning || (st.Phase == v1beta2.PhaseFailed && st.Size > 0)
+// survivors counts what could still bring a member back with its data: a
+// Pod that has not ended or keeps its data on a claim, and a claim that is
+// not being deleted.
+func (p *planner) survivors() int {
+	n := 0
+	for _, pod := range p.o.Pods {
+		if !podFinished(pod) || podUsesClaim(pod) {
+			n++
+		}
+	}
+	for _, claim := range p.o.PVCs {
+		if claim.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// seedChildren adds the seed of the recorded cluster: a one-member cluster
+// (--initial-cluster-state=new), with its claim on a persistent cluster.
+func (p *planner) seedChildren(children []Child) []Child {
+	c := p.o.Cluster
+	seed := p.seed()
+	children = append(children, Child{Kind: KindPod, Name: seed, Object: p.memberPod(seed,
+		seed+"="+PeerURL(seed, c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix()), "new")})
+	if p.spec.Persistent() {
+		children = append(children, Child{Kind: KindPVC, Name: seed, Object: memberClaim(c, p.spec, seed)})
+	}
+	return children
+}
+
+func (p *planner) seeding(r *report, message string) {
+	r.phase = v1beta2.PhaseCreating
+	r.size = 0
+	r.unready = []string{p.seed()}
+	r.progressing = conditionTrue(ReasonBootstrapping, message)
+}
+
+// allMembersLost reports a cluster that ran and has no member left that
+// could come back: every Pod is gone or ended with its emptyDir, and no
+// claim survives. Its data is gone; a new, empty cluster under the same
+// name would hide that from every client, so none is started.
+func (p *planner) allMembersLost(r *report) {
+	c, rec := p.o.Cluster, p.rec
+	cluster := "the etcd cluster seeded by " + rec.SeedMember
+	if rec.ClusterID != "" {
+		cluster = fmt.Sprintf("etcd cluster %s (seeded by %s)", rec.ClusterID, rec.SeedMember)
+	}
+	where := "their data was on emptyDir volumes"
+	if p.spec.Persistent() {
+		where = "no member's PVC is left"
+	}
+	msg := fmt.Sprintf("every member of %s is lost and %s, so its data is gone. No new, empty cluster is started under this name. "+
+		"Restore it from a backup, or, to start an empty cluster on purpose: kubectl annotate etcdcluster -n %s %s %s=%s",
+		cluster, where, c.Namespace, c.Name, v1beta2.AnnotationRecreateEmpty, rec.SeedMember)
+	if v, ok := c.Annotations[v1beta2.AnnotationRecreateEmpty]; ok {
+		msg += fmt.Sprintf(" (the annotation there now, %q, names another cluster and is ignored)", v)
+	}
+	r.phase = v1beta2.PhaseFailed
+	r.size = 0
+	r.ready, r.unready = nil, nil
+	r.available = conditionFalse(ReasonAllMembersLost, msg)
+	r.problems = []problem{{ReasonAllMembersLost, msg}}
+	r.reason = msg
+	r.progressing = conditionFalse(ReasonAllMembersLost, "nothing can be reconciled until the cluster is restored or re-created")
 }
 
 // recoveredPod renders the Pod of a member that has data on its claim.
 // etcd ignores the bootstrap flags on a data dir that already has a WAL,
-// so the membership they name need not be known.
+// so the membership they name need not be known. Only the seed of a
+// cluster that never ran starts as "new": its claim cannot hold data yet.
 func (p *planner) recoveredPod(name string) any {
 	c := p.o.Cluster
 	domain := p.spec.Pod.ClusterDomainSuffix()
 	state := "existing"
-	if name == SeedName(c.Name, string(c.UID)) {
+	if name == p.seed() && (p.rec == nil || !p.rec.Bootstrapped) {
 		state = "new"
 	}
 	var parts []string
@@ -95,7 +158,7 @@ func (p *planner) recoveredPod(name string) any {
 		parts = append(parts, other+"="+PeerURL(other, c.Name, c.Namespace, domain))
 	}
 	cluster := strings.Join(sorted(parts), ",")
-	return renderMemberPod(memberPodInput{cluster: c, spec: p.spec, name: name, initialCluster: cluster, state: state})
+	return p.memberPod(name, cluster, state)
 }
 
 // commonChildren are rendered whatever the membership: the two Services
@@ -103,7 +166,7 @@ func (p *planner) recoveredPod(name string) any {
 func (p *planner) commonChildren() []Child {
 	c := p.o.Cluster
 	return []Child{
-		{Kind: KindService, Name: c.Name, Object: peerService(c)},
+		{Kind: KindService, Name: c.Name, Object: peerService(c, p.rec)},
 		{Kind: KindService, Name: ClientServiceName(c.Name), Object: clientService(c)},
 		{Kind: KindPDB, Name: c.Name, Object: disruptionBudget(c, p.spec)},
 	}

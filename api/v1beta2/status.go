@@ -78,6 +78,44 @@ type ClusterStatus struct {
 	// TargetVersion is the version the spec asks for.
 	// +optional
 	TargetVersion string `json:"targetVersion,omitempty"`
+
+	// Bootstrap records the etcd cluster this EtcdCluster created. Once it
+	// says bootstrapped, losing every member is reported as AllMembersLost
+	// and never answered with a new, empty cluster under the same name,
+	// unless the recreate-empty annotation names its seed member.
+	// +optional
+	Bootstrap *BootstrapStatus `json:"bootstrap,omitempty"`
+}
+
+// AnnotationRecreateEmpty, set on an EtcdCluster whose members are all
+// lost, asks for a new, empty etcd cluster in their place. Its value must
+// be the lost cluster's status.bootstrap.seedMember, so that an annotation
+// left in place (in Git, say) never accepts a later loss.
+const AnnotationRecreateEmpty = Group + "/recreate-empty"
+
+// BootstrapStatus is the record of the etcd cluster behind an EtcdCluster.
+// The hook writes it on every sync, carried over from what it read, and
+// keeps a copy on the cluster's peer Service, so that a status wiped by
+// hand does not erase it.
+type BootstrapStatus struct {
+	// SeedMember is the member the etcd cluster was (or is being)
+	// bootstrapped from. It names the cluster in the recreate-empty
+	// annotation.
+	SeedMember string `json:"seedMember"`
+
+	// Bootstrapped is true once a member was seen running: from then on
+	// the cluster may hold data.
+	// +optional
+	Bootstrapped bool `json:"bootstrapped,omitempty"`
+
+	// ClusterID is etcd's cluster ID, in hex, once a member answered.
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
+
+	// RecreatedFrom is the seed member of the lost cluster that an explicit
+	// recreate-empty replaced with this one.
+	// +optional
+	RecreatedFrom string `json:"recreatedFrom,omitempty"`
 }
 
 // MembersStatus lists members by readiness of their Pods.
