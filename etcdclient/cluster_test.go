@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdhook/etcd-hook/etcdclient"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
@@ -90,6 +91,26 @@ func TestMembershipSingleAndThree(t *testing.T) {
 				}
 				if !sync.HasQuorum(ms) {
 					t.Error("a healthy cluster has no quorum by the planner's rules")
+				}
+				// The cluster ID goes into the bootstrap record: it must be
+				// etcd's own, from the local read as from the confirmed one.
+				cli, err := clientv3.New(clientv3.Config{Endpoints: ec.Endpoints(), DialTimeout: 2 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cli.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				resp, err := cli.MemberList(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				local, err := dial(t, ec.Endpoints()).Membership(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := resp.Header.ClusterId; ms.ClusterID != want || local.ClusterID != want || want == 0 {
+					t.Errorf("cluster ID: confirmed %x, local %x, want etcd's %x", ms.ClusterID, local.ClusterID, want)
 				}
 			})
 		}

@@ -108,20 +108,17 @@ func serviceRecord(s *corev1.Service) *v1beta2.BootstrapStatus {
 }
 
 // earlierVersionEvidence is what a cluster started by a hook without the
-// record leaves behind: a status that saw members, or children without
-// the record's copy. Every hook version renders them with its seed.
+// record leaves behind: a status that saw members, or a peer Service
+// without the record's copy. Every hook version renders the Services
+// together with its seed.
 func (p *planner) earlierVersionEvidence() bool {
 	o, st := p.o, p.o.Cluster.Status
 	if st.Phase == v1beta2.PhaseRunning || st.Phase == v1beta2.PhaseFailed || st.CurrentVersion != "" ||
 		len(st.Members.Ready)+len(st.Members.Unready) > 0 {
 		return true
 	}
-	for _, s := range o.Services {
-		if serviceRecord(s) == nil {
-			return true
-		}
-	}
-	return false
+	peer, ok := o.Services[p.o.Cluster.Name]
+	return ok && serviceRecord(peer) == nil
 }
 
 // podsSeed is the seed member the observed Pods name, the newest when they

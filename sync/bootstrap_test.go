@@ -121,7 +121,21 @@ func TestBootstrapRecord(t *testing.T) {
 	}, {
 		name:   "seed never observed, status write lost",
 		reason: "the Service's copy says the seed was only asked for, so the same seed is rendered again: nothing of it can have run",
-		in:     apply(observed(newCluster(3, "3.6.16")), func(o *Observed) { stampedService(o, record(firstSeed, false)) }),
+		in: apply(observed(newCluster(3, "3.6.16")), func(o *Observed) {
+			stampedService(o, record(firstSeed, false))
+			o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster)
+		}),
+		want: bootstrapOutcome{
+			NewClusterPods: []string{firstSeed}, Pods: []string{firstSeed},
+			Record: record(firstSeed, false), ServiceCopy: record(firstSeed, false),
+			Phase: v1beta2.PhaseCreating, Available: "False/" + ReasonBootstrapping,
+		},
+	}, {
+		name:   "only the client Service observed",
+		reason: "the client Service never carries the record: alone it says nothing of the past, and the seed is rendered",
+		in: apply(observed(newCluster(3, "3.6.16")), func(o *Observed) {
+			o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster)
+		}),
 		want: bootstrapOutcome{
 			NewClusterPods: []string{firstSeed}, Pods: []string{firstSeed},
 			Record: record(firstSeed, false), ServiceCopy: record(firstSeed, false),

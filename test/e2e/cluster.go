@@ -209,6 +209,12 @@ type ParentStatus struct {
 		Ready   []string `json:"ready"`
 		Unready []string `json:"unready"`
 	} `json:"members"`
+	Bootstrap struct {
+		SeedMember    string `json:"seedMember"`
+		Bootstrapped  bool   `json:"bootstrapped"`
+		ClusterID     string `json:"clusterID"`
+		RecreatedFrom string `json:"recreatedFrom"`
+	} `json:"bootstrap"`
 	Conditions []struct {
 		Type    string `json:"type"`
 		Status  string `json:"status"`

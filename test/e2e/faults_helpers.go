@@ -33,6 +33,9 @@ type Failure struct {
 	// Undisturbed: the cluster never stopped being healthy.
 	Healthy     time.Duration
 	Undisturbed bool
+	// HealthyNote replaces Healthy where the cluster cannot heal by
+	// itself, by design.
+	HealthyNote string
 }
 
 // FailureHeader is the failure table's header, markdown for RELIABILITY.md.
@@ -43,6 +46,9 @@ func (f Failure) Line() string {
 	healthy := round(f.Healthy)
 	if f.Undisturbed {
 		healthy = "never unhealthy"
+	}
+	if f.HealthyNote != "" {
+		healthy = f.HealthyNote
 	}
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	return fmt.Sprintf("| %s | %s | %s | %d | %d | %s |", cell(f.Fault), cell(f.Expected), cell(f.Observed), f.Acked, f.Lost, healthy)

@@ -105,6 +105,8 @@ type Metrics struct {
 	ChildUpdates  int
 	ChildDeletes  int
 	StatusUpdates int
+	// StatusDropped counts status writes skipped by DropStatusWrites.
+	StatusDropped int
 }
 
 func (m *Metrics) add(o Metrics) {
@@ -116,6 +118,7 @@ func (m *Metrics) add(o Metrics) {
 	m.ChildUpdates += o.ChildUpdates
 	m.ChildDeletes += o.ChildDeletes
 	m.StatusUpdates += o.StatusUpdates
+	m.StatusDropped += o.StatusDropped
 }
 
 // SyncRecord is one hook exchange.
@@ -160,12 +163,15 @@ type Metacontroller struct {
 	sem    chan struct{}
 	unsub  func()
 
-	mu        sync.Mutex
-	workers   map[string]*parentWorker // by namespace/name
-	metrics   map[string]*Metrics
-	records   []SyncRecord
-	applyErrs []ApplyError
-	taken     int // applyErrs[:taken] were handed to the test
+	mu      sync.Mutex
+	workers map[string]*parentWorker // by namespace/name
+	// dropStatus lists parents whose status writes are skipped, as when
+	// Metacontroller dies between applying children and writing status.
+	dropStatus map[string]bool
+	metrics    map[string]*Metrics
+	records    []SyncRecord
+	applyErrs  []ApplyError
+	taken      int // applyErrs[:taken] were handed to the test
 }
 
 // NewMetacontroller creates the emulator; Start makes it run.
@@ -502,6 +508,13 @@ func (mc *Metacontroller) syncParent(ctx context.Context, w *parentWorker) error
 		return err
 	}
 	manageErr := mc.manageChildren(key, parent, observed, desired)
+	mc.mu.Lock()
+	drop := mc.dropStatus[key]
+	mc.mu.Unlock()
+	if drop {
+		mc.count(key, func(m *Metrics) { m.StatusDropped++ })
+		return manageErr
+	}
 	status := resp.Status
 	if status == nil {
 		status = map[string]any{}
@@ -795,6 +808,37 @@ func (mc *Metacontroller) Children(namespace, name string) (map[string]map[strin
 		return nil, fmt.Errorf("parent %s/%s: %w", namespace, name, ErrNotFound)
 	}
 	return mc.observedChildren(p), nil
+}
+
+// DropStatusWrites makes every later sync of the parent apply the hook's
+// children but not write its status, until called with false: what a
+// Metacontroller that dies (or loses a conflict) between the two does.
+func (mc *Metacontroller) DropStatusWrites(namespace, name string, drop bool) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.dropStatus == nil {
+		mc.dropStatus = map[string]bool{}
+	}
+	mc.dropStatus[namespace+"/"+name] = drop
+}
+
+// AnnotateParent sets (or, with value "", removes) an annotation on the
+// parent, as kubectl annotate would.
+func (mc *Metacontroller) AnnotateParent(namespace, name, key, value string) (Object, error) {
+	return mc.api.Mutate(parentRef(namespace, name), func(o Object) error {
+		md := ensureMap(o, "metadata")
+		annotations, _ := md["annotations"].(map[string]any)
+		if annotations == nil {
+			annotations = map[string]any{}
+		}
+		if value == "" {
+			delete(annotations, key)
+		} else {
+			annotations[key] = value
+		}
+		md["annotations"] = annotations
+		return nil
+	})
 }
 
 // Metrics returns the counters of one parent ("" for the sum of all).
