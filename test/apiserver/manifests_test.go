@@ -581,6 +581,9 @@ func testPrinterColumns(t *testing.T, k *kube) {
 		ClientPort:     2379,
 		CurrentVersion: seedVersion,
 		TargetVersion:  seedVersion,
+		Bootstrap: &v1beta2.BootstrapStatus{
+			SeedMember: members[0], Bootstrapped: true, ClusterID: "8e9e05c52164694d", RecreatedFrom: seedName + "-zzzzz",
+		},
 	}
 	raw, err := json.Marshal(running)
 	if err != nil {
