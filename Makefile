@@ -79,11 +79,11 @@ test: ## what CI runs: lint, verify-manifests, etcd-bins, unit, apiserver, e2e, 
 	@echo "==> fuzz";             $(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 	@echo "==> test: all passed"
 
-unit: $(CONTROLLER_GEN) ## unit tests: go test of every package but test/e2e
+unit: $(CONTROLLER_GEN) $(VERSITYGW) ## unit tests: go test of every package but test/e2e
 	$(GO) test -count=1 $(UNIT_PKGS)
 
 e2e: build etcd-bins etcd-bin-3.4 e2e-deps ## end-to-end tests (test/e2e)
-	$(GO) test ./test/e2e/... -count=1 -timeout 15m -v
+	$(GO) test ./test/e2e/... -count=1 -timeout 30m -v
 
 # The harness partitions a member with nftables (this kernel has no netem):
 # Debian's nftables package, installed where missing. Root is required for

@@ -5,6 +5,7 @@
 #
 #   make bin/controller-gen   # generates the CRD (make manifests)
 #   make bin/staticcheck      # used by make lint
+#   make bin/versitygw        # the S3 server of the backup tests
 #
 # Each binary is built only when missing. After bumping a version in
 # tools/<tool>/go.mod, delete the binary (or run make clean) to rebuild it.
@@ -14,7 +15,9 @@ GO ?= go
 TOOLS_BIN_DIR := bin
 CONTROLLER_GEN := $(TOOLS_BIN_DIR)/controller-gen
 STATICCHECK := $(TOOLS_BIN_DIR)/staticcheck
-TOOLS := $(CONTROLLER_GEN) $(STATICCHECK)
+# versitygw is the S3 server the backup tests store snapshots in.
+VERSITYGW := $(TOOLS_BIN_DIR)/versitygw
+TOOLS := $(CONTROLLER_GEN) $(STATICCHECK) $(VERSITYGW)
 
 # $(1): directory of the tools module, $(2): package of the command.
 # Built into a temporary name and renamed, so an interrupted build never
@@ -32,6 +35,9 @@ $(CONTROLLER_GEN): | $(TOOLS_BIN_DIR) tools/controller-gen/go.mod
 
 $(STATICCHECK): | $(TOOLS_BIN_DIR) tools/staticcheck/go.mod
 	$(call TOOLS_GOBUILD,tools/staticcheck,honnef.co/go/tools/cmd/staticcheck)
+
+$(VERSITYGW): | $(TOOLS_BIN_DIR) tools/versitygw/go.mod
+	$(call TOOLS_GOBUILD,tools/versitygw,github.com/versity/versitygw/cmd/versitygw)
 
 $(TOOLS_BIN_DIR):
 	mkdir -p $@

@@ -19,7 +19,14 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	run := run
+	args := os.Args[1:]
+	// One image, several modes: the hook by default, and the agents that
+	// run in Pods the hook creates.
+	if len(args) > 0 && args[0] == "backup" {
+		run, args = runBackup, args[1:]
+	}
+	if err := run(args); err != nil {
 		fmt.Fprintln(os.Stderr, "etcd-hook:", err)
 		os.Exit(1)
 	}

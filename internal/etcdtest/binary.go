@@ -65,7 +65,7 @@ func LookBinary(version string) (string, error) {
 	}
 	dir := os.Getenv(BinDirEnv)
 	if dir == "" {
-		root, err := moduleRoot()
+		root, err := ModuleRoot()
 		if err != nil {
 			return "", err
 		}
@@ -91,10 +91,10 @@ func makeCommand(version string) string {
 	return "make -f mk/etcd.mk etcd-bins"
 }
 
-// moduleRoot walks up from the working directory (the package directory
+// ModuleRoot walks up from the working directory (the package directory
 // under go test) to the nearest go.mod. Nested modules under tools/ are
 // never above a test package of the root module, so the first hit is right.
-func moduleRoot() (string, error) {
+func ModuleRoot() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", fmt.Errorf("etcdtest: getwd: %w", err)

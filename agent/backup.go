@@ -1,0 +1,232 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// BackupOptions is one backup run.
+type BackupOptions struct {
+	// Endpoints are client URLs of the cluster's members.
+	Endpoints []string
+	// Periodic names the object "<key>_v<revision>_<time>" and prunes to
+	// MaxBackups; otherwise the object is the key itself, as in a CoreOS
+	// one-shot backup.
+	Periodic   bool
+	MaxBackups int
+	// Timeout bounds the whole run.
+	Timeout time.Duration
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Result is what a run reports, as JSON in the termination message. It
+// stays well under the kubelet's 4096-byte limit.
+type Result struct {
+	Succeeded    bool   `json:"succeeded"`
+	Reason       string `json:"reason,omitempty"`
+	EtcdVersion  string `json:"etcdVersion,omitempty"`
+	EtcdRevision int64  `json:"etcdRevision,omitempty"`
+	ClusterID    string `json:"clusterID,omitempty"`
+	// Member is the endpoint the snapshot was taken from.
+	Member   string    `json:"member,omitempty"`
+	Location string    `json:"location,omitempty"`
+	Size     int64     `json:"size,omitempty"`
+	SHA256   string    `json:"sha256,omitempty"`
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	// Pruned counts the older backups retention deleted.
+	Pruned int `json:"pruned,omitempty"`
+}
+
+// Metadata names stored with each object (as x-amz-meta-*).
+const (
+	MetaRevision  = "etcd-revision"
+	MetaVersion   = "etcd-version"
+	MetaClusterID = "etcd-cluster-id"
+	MetaSHA256    = "sha256"
+)
+
+// ErrNoQuorum means no member could serve a linearizable read: a snapshot
+// of such a member may miss acknowledged writes, so none is taken.
+var ErrNoQuorum = errors.New("no member answered a linearizable read: the cluster is unreachable or has lost its quorum")
+
+// Backup takes one snapshot and stores it. The snapshot comes from the
+// member with the highest revision among those that answer, once that
+// member has proven it is part of a quorum; its etcdRevision is read
+// through the quorum just before the snapshot starts, so every write
+// acknowledged at or before it is in the snapshot.
+func Backup(ctx context.Context, opts BackupOptions, cfg S3Config, store *S3Store) Result {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	res := Result{Start: now().UTC()}
+	fail := func(err error) Result {
+		res.Succeeded, res.Reason, res.End = false, err.Error(), now().UTC()
+		log.Error("backup failed", "reason", res.Reason)
+		return res
+	}
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, opts.Timeout, fmt.Errorf("the backup took longer than its timeout of %s", opts.Timeout))
+		defer cancel()
+	}
+	if len(opts.Endpoints) == 0 {
+		return fail(errors.New("no etcd endpoint to back up"))
+	}
+
+	member, err := pickMember(ctx, opts.Endpoints)
+	if err != nil {
+		return fail(cause(ctx, err))
+	}
+	res.Member, res.EtcdVersion, res.ClusterID, res.EtcdRevision = member.endpoint, member.version, member.clusterID, member.revision
+	key := cfg.Key()
+	if opts.Periodic {
+		key = PeriodicKey(key, member.revision, res.Start)
+	}
+	res.Location = store.Location(key)
+	log.Info("taking a snapshot", "member", member.endpoint, "revision", member.revision, "version", member.version, "location", res.Location)
+
+	cli, err := newClient(member.endpoint)
+	if err != nil {
+		return fail(err)
+	}
+	defer cli.Close()
+	stream, err := cli.Snapshot(ctx)
+	if err != nil {
+		return fail(cause(ctx, fmt.Errorf("snapshot of %s: %w", member.endpoint, err)))
+	}
+	defer stream.Close()
+	verified := newVerifyingReader(stream)
+	meta := map[string]string{
+		MetaRevision:  strconv.FormatInt(member.revision, 10),
+		MetaVersion:   member.version,
+		MetaClusterID: member.clusterID,
+	}
+	if err := store.Put(ctx, key, verified, meta); err != nil {
+		return fail(cause(ctx, err))
+	}
+	res.Size, res.SHA256 = verified.Size(), verified.ObjectSHA256()
+	meta[MetaSHA256] = res.SHA256
+	if err := store.SetMetadata(ctx, key, meta); err != nil {
+		// The object is whole and verified; only its label is missing.
+		log.Warn("the backup is stored, but its sha256 could not be added to its metadata", "error", err)
+	}
+
+	if opts.Periodic && opts.MaxBackups > 0 {
+		objs, err := store.List(ctx, cfg.Key())
+		if err != nil {
+			return fail(fmt.Errorf("the backup is stored at %s, but retention could not list the older ones: %w", res.Location, cause(ctx, err)))
+		}
+		keys := make([]string, 0, len(objs))
+		for _, o := range objs {
+			keys = append(keys, o.Key)
+		}
+		for _, old := range Expired(cfg.Key(), keys, opts.MaxBackups, key) {
+			if err := store.Delete(ctx, old); err != nil {
+				return fail(fmt.Errorf("the backup is stored at %s, but retention could not delete %s: %w", res.Location, old, cause(ctx, err)))
+			}
+			log.Info("deleted an older backup", "key", old)
+			res.Pruned++
+		}
+	}
+	res.Succeeded, res.End = true, now().UTC()
+	log.Info("backup stored", "location", res.Location, "size", res.Size, "sha256", res.SHA256, "revision", res.EtcdRevision, "seconds", res.End.Sub(res.Start).Seconds())
+	return res
+}
+
+// cause prefers the reason a context ended (the run's timeout) over the
+// bare "context deadline exceeded" of the call it cut short.
+func cause(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) && ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", c, err)
+	}
+	return err
+}
+
+type memberState struct {
+	endpoint  string
+	version   string
+	clusterID string
+	revision  int64
+}
+
+// pickMember asks every endpoint for its status, then proves a quorum
+// through the one with the highest revision.
+func pickMember(ctx context.Context, endpoints []string) (memberState, error) {
+	cli, err := newClient(endpoints...)
+	if err != nil {
+		return memberState{}, err
+	}
+	defer cli.Close()
+	var best *memberState
+	var errs []error
+	for _, ep := range endpoints {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := cli.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+			continue
+		}
+		if best == nil || st.Header.Revision > best.revision {
+			best = &memberState{endpoint: ep, version: st.Version, clusterID: strconv.FormatUint(st.Header.ClusterId, 16), revision: st.Header.Revision}
+		}
+	}
+	if best == nil {
+		return memberState{}, fmt.Errorf("no etcd member answered: %w", errors.Join(errs...))
+	}
+	one, err := newClient(best.endpoint)
+	if err != nil {
+		return memberState{}, err
+	}
+	defer one.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := one.Get(rctx, "/", clientv3.WithCountOnly())
+	if err != nil {
+		return memberState{}, fmt.Errorf("%w (%s: %v)", ErrNoQuorum, best.endpoint, err)
+	}
+	best.revision = resp.Header.Revision
+	return *best, nil
+}
+
+func newClient(endpoints ...string) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %v: %w", endpoints, err)
+	}
+	return cli, nil
+}
+
+// WriteResult writes the result where the kubelet reads the termination
+// message.
+func WriteResult(path string, r Result) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if len(data) > 4000 {
+		r.Reason = r.Reason[:min(len(r.Reason), 1000)] + "…"
+		data, _ = json.Marshal(r)
+	}
+	return os.WriteFile(path, data, 0o644)
+}

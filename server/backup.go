@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/etcdhook/etcd-hook/agent"
+)
+
+// runBackup is "etcd-hook backup": the backup agent, run in a Pod. It takes
+// one snapshot, stores it, writes the Result to the termination message,
+// and exits non-zero when the run failed.
+func runBackup(args []string) error {
+	fs := flag.NewFlagSet("etcd-hook backup", flag.ContinueOnError)
+	var (
+		endpoints  = fs.String("endpoints", "", "comma-separated client URLs of the cluster's members")
+		s3Path     = fs.String("s3-path", "", `where the backup goes: "<bucket>/<key>"`)
+		s3Endpoint = fs.String("s3-endpoint", "", "the S3 store's URL; empty for AWS S3")
+		pathStyle  = fs.Bool("s3-force-path-style", false, "address the bucket in the path rather than the host name")
+		awsDir     = fs.String("aws-dir", "/etc/etcd-backup/aws", `directory holding the AWS shared files "credentials" and "config" (the mounted awsSecret)`)
+		periodic   = fs.Bool("periodic", false, `name the object "<key>_v<revision>_<time>" and keep the newest --max-backups`)
+		maxBackups = fs.Int("max-backups", 0, "with --periodic, how many backups to keep; 0 keeps all")
+		timeout    = fs.Duration("timeout", 30*time.Minute, "bound on the whole run")
+		resultFile = fs.String("result-file", "/dev/termination-log", "where the JSON result goes (the container's termination message)")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+
+	res := func() agent.Result {
+		var eps []string
+		for _, e := range strings.Split(*endpoints, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				eps = append(eps, e)
+			}
+		}
+		failed := func(err error) agent.Result {
+			now := time.Now().UTC()
+			return agent.Result{Reason: err.Error(), Start: now, End: now}
+		}
+		profile, err := agent.LoadAWSProfile(*awsDir)
+		if err != nil {
+			return failed(err)
+		}
+		cfg := agent.S3Config{Path: *s3Path, Endpoint: *s3Endpoint, ForcePathStyle: *pathStyle, Profile: profile}
+		store, err := agent.NewS3Store(cfg)
+		if err != nil {
+			return failed(err)
+		}
+		return agent.Backup(ctx, agent.BackupOptions{
+			Endpoints: eps, Periodic: *periodic, MaxBackups: *maxBackups, Timeout: *timeout, Logger: logger,
+		}, cfg, store)
+	}()
+	if err := agent.WriteResult(*resultFile, res); err != nil {
+		logger.Error("cannot write the result", "file", *resultFile, "error", err)
+	}
+	if !res.Succeeded {
+		return fmt.Errorf("backup failed: %w", errors.New(res.Reason))
+	}
+	return nil
+}
