@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -165,26 +167,59 @@ type memberState struct {
 	revision  int64
 }
 
-// pickMember asks every endpoint for its status, then proves a quorum
-// through the one with the highest revision.
+// pickMember asks every member for its status, then proves a quorum
+// through the one with the highest revision. The members are those the
+// endpoints name and those etcd lists, so that a client Service's URL (or
+// a CoreOS etcdEndpoints list naming a few members) still finds the
+// member furthest ahead.
 func pickMember(ctx context.Context, endpoints []string) (memberState, error) {
 	cli, err := newClient(endpoints...)
 	if err != nil {
 		return memberState{}, err
 	}
 	defer cli.Close()
+	candidates := append([]string(nil), endpoints...)
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if list, err := cli.MemberList(lctx); err == nil {
+		for _, m := range list.Members {
+			for _, u := range m.ClientURLs {
+				if !slices.Contains(candidates, u) {
+					candidates = append(candidates, u)
+				}
+			}
+		}
+	}
+	cancel()
+
+	type answer struct {
+		st  memberState
+		err error
+	}
+	answers := make([]answer, len(candidates))
+	var wg sync.WaitGroup
+	for i, ep := range candidates {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			st, err := cli.Status(sctx, ep)
+			if err != nil {
+				answers[i].err = fmt.Errorf("%s: %w", ep, err)
+				return
+			}
+			answers[i].st = memberState{endpoint: ep, version: st.Version, clusterID: strconv.FormatUint(st.Header.ClusterId, 16), revision: st.Header.Revision}
+		}()
+	}
+	wg.Wait()
 	var best *memberState
 	var errs []error
-	for _, ep := range endpoints {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err := cli.Status(sctx, ep)
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", ep, err))
-			continue
-		}
-		if best == nil || st.Header.Revision > best.revision {
-			best = &memberState{endpoint: ep, version: st.Version, clusterID: strconv.FormatUint(st.Header.ClusterId, 16), revision: st.Header.Revision}
+	for i := range answers {
+		switch a := &answers[i]; {
+		case a.err != nil:
+			errs = append(errs, a.err)
+		case best == nil || a.st.revision > best.revision:
+			best = &a.st
 		}
 	}
 	if best == nil {
