@@ -50,7 +50,9 @@ type Result struct {
 	Pruned int `json:"pruned,omitempty"`
 }
 
-// Metadata names stored with each object (as x-amz-meta-*).
+// What is stored with each object: user metadata (x-amz-meta-*) set when
+// the upload starts, and the sha256 of the whole object as a tag, set once
+// it is known.
 const (
 	MetaRevision  = "etcd-revision"
 	MetaVersion   = "etcd-version"
@@ -123,10 +125,9 @@ func Backup(ctx context.Context, opts BackupOptions, cfg S3Config, store *S3Stor
 		return fail(cause(ctx, err))
 	}
 	res.Size, res.SHA256 = verified.Size(), verified.ObjectSHA256()
-	meta[MetaSHA256] = res.SHA256
-	if err := store.SetMetadata(ctx, key, meta); err != nil {
+	if err := store.Tag(ctx, key, map[string]string{MetaSHA256: res.SHA256}); err != nil {
 		// The object is whole and verified; only its label is missing.
-		log.Warn("the backup is stored, but its sha256 could not be added to its metadata", "error", err)
+		log.Warn("the backup is stored, but its sha256 tag could not be set", "error", err)
 	}
 
 	if opts.Periodic && opts.MaxBackups > 0 {

@@ -110,9 +110,12 @@ func (f *fixture) download(t *testing.T, key string) (string, map[string]string)
 	if err := out.Close(); err != nil {
 		t.Fatal(err)
 	}
-	meta, err := f.store.Metadata(context.Background(), key)
+	meta, tagged, err := f.store.Describe(context.Background(), key)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range tagged {
+		meta["tag:"+k] = v
 	}
 	return path, meta
 }
@@ -161,7 +164,7 @@ func TestBackupOneShot(t *testing.T) {
 	if int64(len(data)) != res.Size || hex.EncodeToString(sum[:]) != res.SHA256 {
 		t.Errorf("stored object: %d bytes, sha256 %x; the result says %d, %s", len(data), sum, res.Size, res.SHA256)
 	}
-	wantMeta := map[string]string{MetaRevision: fmt.Sprint(res.EtcdRevision), MetaVersion: res.EtcdVersion, MetaClusterID: res.ClusterID, MetaSHA256: res.SHA256}
+	wantMeta := map[string]string{MetaRevision: fmt.Sprint(res.EtcdRevision), MetaVersion: res.EtcdVersion, MetaClusterID: res.ClusterID, "tag:" + MetaSHA256: res.SHA256}
 	for k, v := range wantMeta {
 		if meta[k] != v {
 			t.Errorf("object metadata %s = %q, want %q (all: %v)", k, meta[k], v, meta)

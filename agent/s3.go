@@ -14,6 +14,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/tags"
 )
 
 // minio-go rather than aws-sdk-go-v2: it is a fraction of the size, speaks
@@ -185,29 +186,36 @@ func (s *S3Store) Put(ctx context.Context, key string, r io.Reader, meta map[str
 	return nil
 }
 
-// SetMetadata replaces key's user metadata by copying the object onto
-// itself: what is known only once the stream has ended (its sha256) goes
-// with the object too.
-func (s *S3Store) SetMetadata(ctx context.Context, key string, meta map[string]string) error {
-	src := minio.CopySrcOptions{Bucket: s.bucket, Object: key}
-	dst := minio.CopyDestOptions{Bucket: s.bucket, Object: key, UserMetadata: meta, ReplaceMetadata: true}
-	if _, err := s.core.Client.CopyObject(ctx, dst, src); err != nil {
-		return s.describe("record the metadata of "+key, err)
+// Tag sets key's tags. What is known only once the stream has ended (its
+// sha256) goes with the object this way: user metadata is fixed when the
+// upload starts, and replacing it would mean copying the whole object.
+func (s *S3Store) Tag(ctx context.Context, key string, kv map[string]string) error {
+	t, err := tags.NewTags(kv, true)
+	if err != nil {
+		return fmt.Errorf("tags for %s: %w", key, err)
+	}
+	if err := s.core.Client.PutObjectTagging(ctx, s.bucket, key, t, minio.PutObjectTaggingOptions{}); err != nil {
+		return s.describe("tag "+key, err)
 	}
 	return nil
 }
 
-// Metadata reads key's user metadata, with lower-case names.
-func (s *S3Store) Metadata(ctx context.Context, key string) (map[string]string, error) {
+// Describe reads what is stored with key: its user metadata (lower-case
+// names) and its tags.
+func (s *S3Store) Describe(ctx context.Context, key string) (meta, tagged map[string]string, err error) {
 	info, err := s.core.Client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
 	if err != nil {
-		return nil, s.describe("read "+key, err)
+		return nil, nil, s.describe("read "+key, err)
 	}
-	out := map[string]string{}
+	meta = map[string]string{}
 	for k, v := range info.UserMetadata {
-		out[strings.ToLower(k)] = v
+		meta[strings.ToLower(k)] = v
 	}
-	return out, nil
+	t, err := s.core.Client.GetObjectTagging(ctx, s.bucket, key, minio.GetObjectTaggingOptions{})
+	if err != nil {
+		return nil, nil, s.describe("read the tags of "+key, err)
+	}
+	return meta, t.ToMap(), nil
 }
 
 // List returns the objects whose keys start with prefix.
