@@ -116,20 +116,26 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 # The hook-cost table of BENCHMARKS.md: the hook against its echo floor,
 # measured in one run with real etcd clusters of 1, 3, 5 and 7 members; then
 # the Go benchmarks of the same pairs.
-bench: build etcd-bins ## measure the hook against its floor (BENCHMARKS.md tables)
-	BENCH_REPORT=1 BENCH_REPORT_FILE=$(BIN_DIR)/hook-cost.md BENCH_ISOLATION_FILE=$(BIN_DIR)/isolation.md \
-		$(GO) test ./test/bench -run '^Test(HookCost|UnreachableIsolation)Report$$' -count=1 -v -timeout 20m
+bench: build etcd-bins $(VERSITYGW) ## measure the hook against its floor (BENCHMARKS.md tables)
+	BENCH_REPORT=1 BENCH_REPORT_FILE=$(BIN_DIR)/hook-cost.md BENCH_ISOLATION_FILE=$(BIN_DIR)/isolation.md BENCH_BACKUP_FILE=$(BIN_DIR)/backup.md \
+		$(GO) test ./test/bench -run '^Test(HookCost|UnreachableIsolation|BackupCost)Report$$' -count=1 -v -timeout 20m
 	$(GO) test ./test/bench ./sync -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -count=1
 	BENCH_REPORT=1 $(GO) test ./etcdclient -run '^TestConnectionCostReport$$' -count=1 -v
 	BENCH_REPORT=1 BENCH_SCALE_FILE=$(BIN_DIR)/scale.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 20m
 	ETCDHOOK_E2E_REPORT=$(BIN_DIR)/convergence.md $(GO) test ./test/e2e/ -count=1 -timeout 15m
-	@echo "tables: $(BIN_DIR)/hook-cost.md $(BIN_DIR)/isolation.md $(BIN_DIR)/scale.md $(BIN_DIR)/convergence.md"
+	@echo "tables: $(BIN_DIR)/hook-cost.md $(BIN_DIR)/isolation.md $(BIN_DIR)/backup.md $(BIN_DIR)/scale.md $(BIN_DIR)/convergence.md"
 
 bench-quick: build etcd-bins ## a short hook-cost run, for CI-sized checks (under 2 minutes)
 	BENCH_REPORT=1 BENCH_SAMPLES=300 BENCH_WINDOW_MS=500 $(GO) test ./test/bench -run '^TestHookCostReport$$' -count=1 -v -timeout 5m
 
 # The scale benchmark of issue 7: one hook process serving 1000 clusters,
 # 5 of them unreachable; the healthy ones' etcd is simulated in the test.
+# The backup agent against etcdctl snapshot save plus one upload, at two
+# database sizes (bin/backup.md).
+.PHONY: bench-backup
+bench-backup: build etcd-bins $(VERSITYGW) ## the backup agent against its floor, 64 and 256 MiB (bin/backup.md)
+	BENCH_REPORT=1 BENCH_BACKUP_FILE=$(BIN_DIR)/backup.md $(GO) test ./test/bench -run '^TestBackupCostReport$$' -count=1 -v -timeout 15m
+
 .PHONY: bench-scale
 bench-scale: build ## one hook, 1000 clusters, 5 unreachable: RSS and latency (bin/scale.md)
 	BENCH_REPORT=1 BENCH_SCALE_FILE=$(BIN_DIR)/scale.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 20m
