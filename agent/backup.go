@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // BackupOptions is one backup run.
@@ -105,7 +106,9 @@ func Backup(ctx context.Context, opts BackupOptions, cfg S3Config, store *S3Stor
 	res.Location = store.Location(key)
 	log.Info("taking a snapshot", "member", member.endpoint, "revision", member.revision, "version", member.version, "location", res.Location)
 
-	cli, err := newClient(member.endpoint)
+	// A fixed flow-control window: gRPC otherwise grows it with the
+	// transfer (up to 16 MiB on a fast link), and the agent's memory with it.
+	cli, err := newClient(member.endpoint, grpc.WithInitialWindowSize(snapshotWindow), grpc.WithInitialConnWindowSize(snapshotWindow))
 	if err != nil {
 		return fail(err)
 	}
@@ -174,7 +177,7 @@ type memberState struct {
 // a CoreOS etcdEndpoints list naming a few members) still finds the
 // member furthest ahead.
 func pickMember(ctx context.Context, endpoints []string) (memberState, error) {
-	cli, err := newClient(endpoints...)
+	cli, err := newClientFor(endpoints)
 	if err != nil {
 		return memberState{}, err
 	}
@@ -241,11 +244,19 @@ func pickMember(ctx context.Context, endpoints []string) (memberState, error) {
 	return *best, nil
 }
 
-func newClient(endpoints ...string) (*clientv3.Client, error) {
+// snapshotWindow is the gRPC window of the snapshot stream.
+const snapshotWindow = 2 << 20
+
+func newClient(endpoint string, opts ...grpc.DialOption) (*clientv3.Client, error) {
+	return newClientFor([]string{endpoint}, opts...)
+}
+
+func newClientFor(endpoints []string, opts ...grpc.DialOption) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
+		DialOptions: opts,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client for %v: %w", endpoints, err)
