@@ -65,6 +65,13 @@ func stampedService(o *Observed, rec *v1beta2.BootstrapStatus) {
 	o.Services[testCluster] = peerService(o.Cluster, rec)
 }
 
+// servicesLeft: the Services stay when every member is lost, and the
+// request shows them with the record's copy.
+func servicesLeft(o *Observed) {
+	stampedService(o, o.Cluster.Status.Bootstrap)
+	o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster)
+}
+
 func annotated(value string) func(*Observed) {
 	return func(o *Observed) {
 		o.Cluster.Annotations = map[string]string{v1beta2.AnnotationRecreateEmpty: value}
@@ -160,13 +167,24 @@ func TestBootstrapRecord(t *testing.T) {
 	}, {
 		name:   "every member lost",
 		reason: "a bootstrapped cluster with no Pod and no claim left is reported lost, and no seed is started",
-		in:     apply(observed(newCluster(3, "3.6.16")), withRecord(record(firstSeed, true))),
+		in:     apply(observed(newCluster(3, "3.6.16")), withRecord(record(firstSeed, true)), servicesLeft),
 		want:   lost,
+	}, {
+		name:   "no child observed at all",
+		reason: "not even the Services, which a loss leaves: an informer cache behind, most likely; nothing is started and nothing declared lost",
+		in: apply(observed(newCluster(3, "3.6.16")), withRecord(record(firstSeed, true)), func(o *Observed) {
+			o.Cluster.Status.Phase = v1beta2.PhaseRunning
+		}),
+		want: bootstrapOutcome{
+			Record: record(firstSeed, true), ServiceCopy: record(firstSeed, true),
+			Phase: v1beta2.PhaseRunning, Available: "Unknown/" + ReasonChildrenNotObserved, Degraded: ReasonChildrenNotObserved,
+		},
 	}, {
 		name:   "every member lost while still growing",
 		reason: "the issue's case: the seed ran (phase still Creating) and was deleted; the hook before the record re-bootstrapped here",
 		in: apply(observed(newCluster(3, "3.6.16")), func(o *Observed) {
 			o.Cluster.Status = v1beta2.ClusterStatus{Phase: v1beta2.PhaseCreating, Size: 1, Members: v1beta2.MembersStatus{Ready: []string{firstSeed}}, CurrentVersion: "3.6.16"}
+			o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster)
 		}),
 		want: lost,
 	}, {
@@ -192,7 +210,7 @@ func TestBootstrapRecord(t *testing.T) {
 	}, {
 		name:   "claims being deleted",
 		reason: "every Pod gone and every claim being deleted: the data goes with the claims",
-		in: apply(observed(newCluster(3, "3.6.16")), persistent, withRecord(record(firstSeed, true)), func(o *Observed) {
+		in: apply(observed(newCluster(3, "3.6.16")), persistent, withRecord(record(firstSeed, true)), servicesLeft, func(o *Observed) {
 			o.PVCs[firstSeed] = claimOf(firstSeed, true)
 			o.PVCs[name(1)] = claimOf(name(1), true)
 		}),
@@ -221,7 +239,7 @@ func TestBootstrapRecord(t *testing.T) {
 	}, {
 		name:   "recreate-empty naming another cluster",
 		reason: "the annotation must name the lost cluster's seed: any other value (a copy left from an earlier loss) is ignored",
-		in:     apply(observed(newCluster(3, "3.6.16")), withRecord(record(firstSeed, true)), annotated("demo-other")),
+		in:     apply(observed(newCluster(3, "3.6.16")), withRecord(record(firstSeed, true)), servicesLeft, annotated("demo-other")),
 		want:   lost,
 	}, {
 		name:   "recreate-empty",
@@ -237,7 +255,7 @@ func TestBootstrapRecord(t *testing.T) {
 		name:   "recreate-empty left in place",
 		reason: "after the re-creation the annotation names the old seed, so it cannot accept the loss of the new cluster",
 		in: apply(observed(newCluster(3, "3.6.16")), annotated(firstSeed),
-			withRecord(&v1beta2.BootstrapStatus{SeedMember: recreateSeed, Bootstrapped: true, RecreatedFrom: firstSeed})),
+			withRecord(&v1beta2.BootstrapStatus{SeedMember: recreateSeed, Bootstrapped: true, RecreatedFrom: firstSeed}), servicesLeft),
 		want: bootstrapOutcome{
 			Record:      &v1beta2.BootstrapStatus{SeedMember: recreateSeed, Bootstrapped: true, RecreatedFrom: firstSeed},
 			ServiceCopy: &v1beta2.BootstrapStatus{SeedMember: recreateSeed, Bootstrapped: true, RecreatedFrom: firstSeed},
@@ -281,7 +299,7 @@ func TestBootstrapRecord(t *testing.T) {
 // TestAllMembersLostStatus checks what a person reads: the message names
 // the lost cluster and the way out, exactly.
 func TestAllMembersLostStatus(t *testing.T) {
-	o := apply(observed(newCluster(3, "3.6.16")), withRecord(&v1beta2.BootstrapStatus{SeedMember: firstSeed, Bootstrapped: true, ClusterID: "8e9e05c52164694d"}))
+	o := apply(observed(newCluster(3, "3.6.16")), withRecord(&v1beta2.BootstrapStatus{SeedMember: firstSeed, Bootstrapped: true, ClusterID: "8e9e05c52164694d"}), servicesLeft)
 	d := Plan(o)
 	want := "every member of etcd cluster 8e9e05c52164694d (seeded by " + firstSeed + ") is lost and their data was on emptyDir volumes, " +
 		"so its data is gone. No new, empty cluster is started under this name. Restore it from a backup, or, to start an empty cluster on purpose: " +

@@ -31,8 +31,11 @@ const (
 	ReasonMembersUnready    = "MembersUnready"
 	ReasonDeadMember        = "DeadMember"
 	ReasonAllMembersLost    = "AllMembersLost"
-	ReasonFieldsNotHonoured = "FieldsNotHonoured"
-	ReasonDeleting          = "Deleting"
+	// ReasonChildrenNotObserved: a cluster that ran, in a request with no
+	// child at all; see nothingObserved.
+	ReasonChildrenNotObserved = "ChildrenNotObserved"
+	ReasonFieldsNotHonoured   = "FieldsNotHonoured"
+	ReasonDeleting            = "Deleting"
 )
 
 type condition struct {
@@ -72,12 +75,13 @@ func (r *report) problem(reason, message string) {
 
 // severity orders problems, most severe first; unlisted reasons come last.
 var severity = map[string]int{
-	ReasonInvalidSpec:     1,
-	ReasonVersionSkew:     1,
-	ReasonAllMembersLost:  2,
-	ReasonQuorumLost:      3,
-	ReasonDeadMember:      4,
-	ReasonEtcdUnreachable: 5,
+	ReasonInvalidSpec:         1,
+	ReasonVersionSkew:         1,
+	ReasonAllMembersLost:      2,
+	ReasonChildrenNotObserved: 2,
+	ReasonQuorumLost:          3,
+	ReasonDeadMember:          4,
+	ReasonEtcdUnreachable:     5,
 }
 
 func rank(reason string) int {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 )
 
@@ -56,6 +58,8 @@ func (p *planner) withoutMembership() Decision {
 		p.seeding(&r, fmt.Sprintf("starting the seed member %s of a new, empty cluster: the %s annotation accepted the loss of the cluster seeded by %s",
 			p.seed(), v1beta2.AnnotationRecreateEmpty, lostSeed))
 		d.ResyncAfter = resyncWaiting
+	case lost && len(o.Pods)+len(o.PVCs)+len(o.Services)+len(o.PDBs) == 0:
+		p.nothingObserved(&r)
 	case lost:
 		p.allMembersLost(&r)
 	case fresh:
@@ -140,6 +144,22 @@ func (p *planner) allMembersLost(r *report) {
 	r.problems = []problem{{ReasonAllMembersLost, msg}}
 	r.reason = msg
 	r.progressing = conditionFalse(ReasonAllMembersLost, "nothing can be reconciled until the cluster is restored or re-created")
+}
+
+// nothingObserved reports a request that shows no child at all, not even
+// the Services, which losing every member leaves in place: most likely an
+// informer cache that has not caught up (Metacontroller restarting, say).
+// Nothing is started, as for a loss, but nothing is declared lost either;
+// if the Services are really gone, the answer recreates them and the next
+// sync says AllMembersLost.
+func (p *planner) nothingObserved(r *report) {
+	prev := p.o.Cluster.Status
+	msg := "the request shows no child of this cluster at all, not even its Services: waiting for Metacontroller's view before judging; no member is started meanwhile"
+	r.phase = prev.Phase
+	r.size, r.ready, r.unready = prev.Size, prev.Members.Ready, prev.Members.Unready
+	r.available = condition{metav1.ConditionUnknown, ReasonChildrenNotObserved, msg}
+	r.problems = []problem{{ReasonChildrenNotObserved, msg}}
+	r.progressing = conditionFalse(ReasonChildrenNotObserved, msg)
 }
 
 // recoveredPod renders the Pod of a member that has data on its claim.

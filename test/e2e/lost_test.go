@@ -3,11 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
@@ -178,6 +181,10 @@ func (s *scenario) deleteAll() time.Time {
 func TestAllMembersLost(t *testing.T) {
 	s := newFaultScenario(t, harness.Options{})
 	s.create("setup", faultVersion, 3)
+	s.cacheShowsNothing()
+	if t.Failed() {
+		return
+	}
 	const fault = "all 3 Pods deleted at once (emptyDir), hook restarted, status writes lost"
 
 	s.startFaultWriter("all-lost")
@@ -389,4 +396,52 @@ func TestAllPodsAndClaimsDeleted(t *testing.T) {
 		Acked: ackedAtLoss, HealthyNote: "not by itself, by design (restore, or recreate-empty)",
 	})
 	s.w.Stop()
+}
+
+// cacheShowsNothing: for a few syncs Metacontroller's requests show no
+// child at all, as an informer cache that has not caught up would. The
+// hook must start nothing and declare nothing lost; the Pods stay.
+func (s *scenario) cacheShowsNothing() {
+	t := s.t
+	const fault = "Metacontroller's requests show no child at all for 8 s (a cache behind)"
+	pods := s.podUIDs()
+	logged := len(s.loggedActions())
+	s.env.MC.HideChildren(ns, exampleName, true)
+	hiddenAt := time.Now()
+	s.waitAnsweredAfter(hiddenAt)
+	var statuses []string
+	for time.Since(hiddenAt) < 8*time.Second {
+		if _, st, ok := s.c.Parent(); ok {
+			if _, reason := st.Condition("Available"); !slices.Contains(statuses, reason) {
+				statuses = append(statuses, reason)
+			}
+			if isAllMembersLost(st) {
+				t.Errorf("%s: status says AllMembersLost: %s", fault, describeStatus(st))
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	s.env.MC.HideChildren(ns, exampleName, false)
+	if d := cmp.Diff(pods, s.podUIDs()); d != "" {
+		t.Errorf("%s: Pods (name → UID) changed (-before +after):\n%s", fault, d)
+	}
+	// Creating the Services and the PDB it could not see fails, as in
+	// Metacontroller; those are the only errors expected.
+	for _, e := range s.env.MC.TakeApplyErrors() {
+		if e.Op != "create" || (e.Child.Type != harness.TypeService && e.Child.Type != harness.TypePDB) {
+			t.Errorf("%s: unexpected apply error: %v", fault, e)
+		}
+	}
+	start := time.Now()
+	at, _, err := s.c.WaitConverged(convergeTimeout, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.checkNoMembershipChange(fault, logged)
+	ReportFailure(t, Failure{
+		Fault:    fault,
+		Expected: "no Pod started or deleted, nothing declared lost; back to Running once the children show again",
+		Observed: fmt.Sprintf("Available reasons while hidden: %v; Pods unchanged (same UIDs), 0 membership changes; converged %s after the children showed again", statuses, round(at.Sub(start))),
+		Undisturbed: true,
+	})
 }

@@ -168,10 +168,13 @@ type Metacontroller struct {
 	// dropStatus lists parents whose status writes are skipped, as when
 	// Metacontroller dies between applying children and writing status.
 	dropStatus map[string]bool
-	metrics    map[string]*Metrics
-	records    []SyncRecord
-	applyErrs  []ApplyError
-	taken      int // applyErrs[:taken] were handed to the test
+	// hideChildren lists parents whose requests show no child, as from an
+	// informer cache that has not caught up.
+	hideChildren map[string]bool
+	metrics      map[string]*Metrics
+	records      []SyncRecord
+	applyErrs    []ApplyError
+	taken        int // applyErrs[:taken] were handed to the test
 }
 
 // NewMetacontroller creates the emulator; Start makes it run.
@@ -595,9 +598,16 @@ func (mc *Metacontroller) call(ctx context.Context, key, url string, body []byte
 func (mc *Metacontroller) observedChildren(parent Object) map[string]map[string]Object {
 	uid := nestedString(parent, "metadata", "uid")
 	ns := nestedString(parent, "metadata", "namespace")
+	mc.mu.Lock()
+	hidden := mc.hideChildren[ns+"/"+nestedString(parent, "metadata", "name")]
+	mc.mu.Unlock()
 	out := map[string]map[string]Object{}
 	for _, t := range mc.cfg.ChildTypes {
 		m := map[string]Object{}
+		if hidden {
+			out[t.Key()] = m
+			continue
+		}
 		for _, obj := range mc.api.List(t.Key(), ns) {
 			if controllerOwnerUID(obj) == uid {
 				m[nestedString(obj, "metadata", "name")] = obj
@@ -820,6 +830,18 @@ func (mc *Metacontroller) DropStatusWrites(namespace, name string, drop bool) {
 		mc.dropStatus = map[string]bool{}
 	}
 	mc.dropStatus[namespace+"/"+name] = drop
+}
+
+// HideChildren makes every later request of the parent show no child at
+// all, until called with false: what an informer cache that has not caught
+// up shows. Creating a child that exists then fails, as it would.
+func (mc *Metacontroller) HideChildren(namespace, name string, hide bool) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.hideChildren == nil {
+		mc.hideChildren = map[string]bool{}
+	}
+	mc.hideChildren[namespace+"/"+name] = hide
 }
 
 // AnnotateParent sets (or, with value "", removes) an annotation on the
