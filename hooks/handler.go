@@ -39,24 +39,49 @@ type handler struct {
 	finalize bool
 }
 
-func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// readBody checks a hook request's method and type and reads its body;
+// on a bad request it answers and returns false.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		WriteError(w, http.StatusMethodNotAllowed, "use POST with a JSON Metacontroller hook request")
-		return
+		return nil, false
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		WriteError(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
-		return
+		return nil, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			WriteError(w, http.StatusRequestEntityTooLarge, "request body is larger than 4 MiB")
-			return
+			return nil, false
 		}
 		WriteError(w, http.StatusBadRequest, "cannot read request body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// writeDecodeError answers a request that does not decode.
+func writeDecodeError(w http.ResponseWriter, err error) {
+	var reqErr *RequestError
+	if errors.As(err, &reqErr) {
+		WriteError(w, reqErr.Status, reqErr.Msg)
+		return
+	}
+	WriteError(w, http.StatusBadRequest, err.Error())
+}
+
+func writeJSON(w http.ResponseWriter, out []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+}
+
+func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
 		return
 	}
 	ctx := r.Context()
@@ -69,12 +94,7 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := decode(body, parentDecoded)
 	if err != nil {
-		var reqErr *RequestError
-		if errors.As(err, &reqErr) {
-			WriteError(w, reqErr.Status, reqErr.Msg)
-			return
-		}
-		WriteError(w, http.StatusBadRequest, err.Error())
+		writeDecodeError(w, err)
 		return
 	}
 	if h.finalize {
@@ -91,8 +111,7 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out)
+	writeJSON(w, out)
 }
 
 // WriteError answers with a JSON body naming the problem.

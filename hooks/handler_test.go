@@ -48,6 +48,10 @@ func testServer(t *testing.T) *httptest.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/sync", hooks.SyncHandler(r))
 	mux.Handle("/finalize", hooks.FinalizeHandler(r))
+	backups := hooks.BackupConfig{AgentImage: "ghcr.io/etcdhook/etcd-hook:latest", Now: func() time.Time { return time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC) }}
+	mux.Handle("/backup/sync", hooks.BackupSyncHandler(backups))
+	mux.Handle("/backup/finalize", hooks.BackupFinalizeHandler(backups))
+	mux.Handle("/backup/customize", hooks.BackupCustomizeHandler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
@@ -109,6 +113,10 @@ func TestGolden(t *testing.T) {
 		{"finalize-done.json", "/finalize", "no children left: finalized true", 200},
 		{"wrong-kind.json", "/sync", "a parent of another kind is refused", 422},
 		{"malformed.json", "/sync", "truncated JSON is refused", 400},
+		{"backup-new.json", "/backup/sync", "CoreOS one-shot backup, Secret present: the first run's Pod, Progressing", 200},
+		{"backup-secret-missing.json", "/backup/sync", "the awsSecret is not there: no run, a condition naming it", 200},
+		{"backup-customize.json", "/backup/customize", "the related objects: the awsSecret by name", 200},
+		{"new-cluster.json", "/backup/sync", "an EtcdCluster sent to the backup route is refused", 422},
 	}
 	srv := testServer(t)
 	for _, tt := range tests {
@@ -121,7 +129,11 @@ func TestGolden(t *testing.T) {
 			if err := json.Indent(&pretty, body, "", "  "); err != nil {
 				t.Fatalf("answer is not JSON: %v: %s", err, body)
 			}
-			golden := filepath.Join("testdata", strings.TrimSuffix(tt.fixture, ".json")+".golden.json")
+			name := strings.TrimSuffix(tt.fixture, ".json")
+			if tt.route == "/backup/sync" && !strings.HasPrefix(name, "backup") {
+				name = "backup-route-" + name
+			}
+			golden := filepath.Join("testdata", name+".golden.json")
 			if *update {
 				if err := os.WriteFile(golden, append(pretty.Bytes(), '\n'), 0o644); err != nil {
 					t.Fatal(err)

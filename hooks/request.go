@@ -83,7 +83,7 @@ func decode(body []byte, parentDecoded func(*sync.Observed)) (*sync.Observed, er
 		Status:     p.Status,
 	}
 	o := &sync.Observed{Cluster: cluster, Finalizing: req.Finalizing}
-	if err := decodeSpec(p.Spec, &cluster.Spec); err != nil {
+	if err := decodeSpec(p.Spec, &cluster.Spec, "an EtcdCluster"); err != nil {
 		o.SpecErrors = field.ErrorList{err}
 	} else {
 		o.SpecErrors = cluster.Validate()
@@ -110,10 +110,10 @@ func decode(body []byte, parentDecoded func(*sync.Observed)) (*sync.Observed, er
 
 // decodeSpec reports a spec that does not decode as the API server would
 // report it: by field path, with the type the field needs.
-func decodeSpec(raw json.RawMessage, spec *v1beta2.ClusterSpec) *field.Error {
+func decodeSpec(raw json.RawMessage, spec any, what string) *field.Error {
 	path := field.NewPath("spec")
 	if len(raw) == 0 || string(raw) == "null" {
-		return field.Required(path, "an EtcdCluster needs a spec")
+		return field.Required(path, what+" needs a spec")
 	}
 	err := json.Unmarshal(raw, spec)
 	var typeErr *json.UnmarshalTypeError

@@ -347,6 +347,10 @@ func TestExamples(t *testing.T) {
 		if got := d.str("apiVersion"); got != v1beta2.APIVersion {
 			t.Errorf("%s: apiVersion %q, want %q", p, got, v1beta2.APIVersion)
 		}
+		if d.str("kind") == v1beta2.KindBackup {
+			checkBackupExample(t, p, d)
+			continue
+		}
 		if got := d.str("kind"); got != v1beta2.Kind {
 			t.Errorf("%s: kind %q, want %q", p, got, v1beta2.Kind)
 		}
@@ -375,6 +379,11 @@ func TestExamples(t *testing.T) {
 	for base := range want {
 		if !seen[base] {
 			t.Errorf("examples/%s is missing", base)
+		}
+	}
+	for _, base := range []string{"backup_cr.yaml", "periodic_backup_cr.yaml"} {
+		if !seen[base] {
+			t.Errorf("examples/%s (the CoreOS backup examples) is missing", base)
 		}
 	}
 
@@ -664,5 +673,25 @@ func TestCRDShape(t *testing.T) {
 	}
 	if lookup(schema, "properties", "status", "properties", "observedGeneration") == nil {
 		t.Error("status.observedGeneration, which Metacontroller writes, is not in the schema and would be pruned")
+	}
+}
+
+// checkBackupExample: an EtcdBackup example decodes strictly, passes the
+// hook's validation, and uses the CoreOS operator's fields only.
+func checkBackupExample(t *testing.T, p string, d document) {
+	t.Helper()
+	var b v1beta2.EtcdBackup
+	if err := decodeStrict(d, &b); err != nil {
+		t.Errorf("%s: %v", p, err)
+		return
+	}
+	if errs := b.Validate(); len(errs) > 0 {
+		t.Errorf("%s: %v", p, errs.ToAggregate())
+	}
+	spec, _ := lookup(d.data, "spec").(map[string]any)
+	for k := range spec {
+		if !slices.Contains([]string{"etcdEndpoints", "storageType", "backupPolicy", "s3"}, k) {
+			t.Errorf("%s: spec.%s is not a field of the CoreOS example", p, k)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/etcdhook/etcd-hook/etcdclient"
+	"github.com/etcdhook/etcd-hook/hooks"
 	"github.com/etcdhook/etcd-hook/reconcile"
 )
 
@@ -32,11 +33,15 @@ func main() {
 	}
 }
 
+// DefaultAgentImage is the image manifests/ deploys the hook with.
+const DefaultAgentImage = "ghcr.io/etcdhook/etcd-hook:latest"
+
 type config struct {
 	addr            string
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
 	maxEtcdConns    int
+	agentImage      string
 }
 
 func parseFlags(args []string) (config, error) {
@@ -48,6 +53,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to let requests in flight finish on SIGTERM")
 	fs.IntVar(&cfg.maxEtcdConns, "max-idle-etcd-conns", etcdclient.DefaultMaxIdleConns, "etcd connections kept open between syncs, across all clusters")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.StringVar(&cfg.agentImage, "agent-image", DefaultAgentImage, "this project's image, which the backup runs start in backup mode; keep it equal to the hook's own image")
 	return cfg, fs.Parse(args)
 }
 
@@ -67,7 +73,7 @@ func run(args []string) error {
 	ready := &readiness{}
 	srv := &http.Server{
 		Addr:              cfg.addr,
-		Handler:           newRouter(reconciler, metrics, registry, logger, ready),
+		Handler:           newRouter(reconciler, hooks.BackupConfig{AgentImage: cfg.agentImage}, metrics, registry, logger, ready),
 		ReadHeaderTimeout: 5 * time.Second,
 		// A sync takes at most a few seconds; Metacontroller gives up at
 		// its hook timeout anyway.

@@ -18,12 +18,12 @@ type readiness struct{ ok atomic.Bool }
 
 func (r *readiness) set(ok bool) { r.ok.Store(ok) }
 
-func newRouter(syncer hooks.Syncer, m *metrics, registry *prometheus.Registry, logger *slog.Logger, ready *readiness) http.Handler {
+func newRouter(syncer hooks.Syncer, backups hooks.BackupConfig, m *metrics, registry *prometheus.Registry, logger *slog.Logger, ready *readiness) http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
 	r.Use(instrument(m, logger))
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
-		hooks.WriteError(w, http.StatusNotFound, "no such route; the hook serves POST /sync and POST /finalize")
+		hooks.WriteError(w, http.StatusNotFound, "no such route; the hook serves POST /sync, /finalize, /backup/sync, /backup/finalize and /backup/customize")
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
 		hooks.WriteError(w, http.StatusMethodNotAllowed, "method not allowed on this route")
@@ -31,6 +31,11 @@ func newRouter(syncer hooks.Syncer, m *metrics, registry *prometheus.Registry, l
 
 	r.Method(http.MethodPost, "/sync", hooks.SyncHandler(syncer))
 	r.Method(http.MethodPost, "/finalize", hooks.FinalizeHandler(syncer))
+	r.Route("/backup", func(r chi.Router) {
+		r.Method(http.MethodPost, "/sync", hooks.BackupSyncHandler(backups))
+		r.Method(http.MethodPost, "/finalize", hooks.BackupFinalizeHandler(backups))
+		r.Method(http.MethodPost, "/customize", hooks.BackupCustomizeHandler())
+	})
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Get("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.ok.Load() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/etcdhook/etcd-hook/hooks"
 	"github.com/etcdhook/etcd-hook/sync"
 )
 
@@ -26,7 +27,7 @@ func TestRoutes(t *testing.T) {
 	m := newMetrics(registry)
 	ready := &readiness{}
 	ready.set(true)
-	srv := httptest.NewServer(newRouter(staticSyncer{}, m, registry, slog.New(slog.NewTextHandler(io.Discard, nil)), ready))
+	srv := httptest.NewServer(newRouter(staticSyncer{}, hooks.BackupConfig{AgentImage: "test"}, m, registry, slog.New(slog.NewTextHandler(io.Discard, nil)), ready))
 	defer srv.Close()
 
 	fixture, err := os.ReadFile("../test/fixtures/new-cluster.json")

@@ -3,6 +3,8 @@ package sync
 import (
 	"encoding/json"
 	"sort"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Child is one object of the answer: a typed object the hook renders, or
@@ -48,3 +50,7 @@ func sortChildren(children []Child) {
 		return children[i].Name < children[j].Name
 	})
 }
+
+// KeepPod is a Pod child kept exactly as it was last applied, for planners
+// of other kinds.
+func KeepPod(p *corev1.Pod) Child { return keepPod(p) }

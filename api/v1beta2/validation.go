@@ -2,6 +2,7 @@ package v1beta2
 
 import (
 	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
 
@@ -53,6 +54,56 @@ func (s *ClusterSpec) validate(path *field.Path) field.ErrorList {
 				errs = append(errs, field.Invalid(path.Child("pod", domain.name), domain.value, msg))
 			}
 		}
+	}
+	return errs
+}
+
+// MaxBackupNameLength leaves room for the run suffix ("-<n>") of the Pods
+// an EtcdBackup starts, whose names are DNS subdomains of at most 253.
+const MaxBackupNameLength = 240
+
+// Validate repeats the EtcdBackup CRD's admission rules, and refuses what
+// the schema accepts for compatibility but this release does not serve.
+func (b *EtcdBackup) Validate() field.ErrorList {
+	var errs field.ErrorList
+	if n := len(b.Name); n > MaxBackupNameLength {
+		errs = append(errs, field.TooLong(field.NewPath("metadata", "name"), b.Name, MaxBackupNameLength))
+	}
+	spec, path := b.Spec, field.NewPath("spec")
+	switch {
+	case len(spec.EtcdEndpoints) == 0 && spec.ClusterName == "":
+		errs = append(errs, field.Required(path, "name the cluster by etcdEndpoints or by clusterName"))
+	case len(spec.EtcdEndpoints) > 0 && spec.ClusterName != "":
+		errs = append(errs, field.Invalid(path.Child("clusterName"), spec.ClusterName, "name the cluster by etcdEndpoints or by clusterName, not both"))
+	}
+	for i, ep := range spec.EtcdEndpoints {
+		if u, err := url.Parse(ep); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			errs = append(errs, field.Invalid(path.Child("etcdEndpoints").Index(i), ep, "must be an http(s) URL"))
+		}
+	}
+	switch spec.StorageType {
+	case BackupStorageS3:
+		s3 := spec.S3
+		if s3 == nil {
+			errs = append(errs, field.Required(path.Child("s3"), "storageType S3 needs spec.s3"))
+			break
+		}
+		if bucket, key, ok := strings.Cut(s3.Path, "/"); !ok || bucket == "" || key == "" {
+			errs = append(errs, field.Invalid(path.Child("s3", "path"), s3.Path, `must be "<bucket>/<key>"`))
+		}
+		if s3.AWSSecret == "" {
+			errs = append(errs, field.Required(path.Child("s3", "awsSecret"), "the Secret with the AWS files credentials and config"))
+		}
+		if s3.Endpoint != "" {
+			if u, err := url.Parse(s3.Endpoint); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+				errs = append(errs, field.Invalid(path.Child("s3", "endpoint"), s3.Endpoint, "must be an http(s) URL"))
+			}
+		}
+	default:
+		errs = append(errs, field.NotSupported(path.Child("storageType"), spec.StorageType, []BackupStorageType{BackupStorageS3}))
+	}
+	if spec.ClientTLSSecret != "" {
+		errs = append(errs, field.Invalid(path.Child("clientTLSSecret"), spec.ClientTLSSecret, "TLS clusters are not served yet"))
 	}
 	return errs
 }

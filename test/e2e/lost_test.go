@@ -439,9 +439,9 @@ func (s *scenario) cacheShowsNothing() {
 	}
 	s.checkNoMembershipChange(fault, logged)
 	ReportFailure(t, Failure{
-		Fault:    fault,
-		Expected: "no Pod started or deleted, nothing declared lost; back to Running once the children show again",
-		Observed: fmt.Sprintf("Available reasons while hidden: %v; Pods unchanged (same UIDs), 0 membership changes; converged %s after the children showed again", statuses, round(at.Sub(start))),
+		Fault:       fault,
+		Expected:    "no Pod started or deleted, nothing declared lost; back to Running once the children show again",
+		Observed:    fmt.Sprintf("Available reasons while hidden: %v; Pods unchanged (same UIDs), 0 membership changes; converged %s after the children showed again", statuses, round(at.Sub(start))),
 		Undisturbed: true,
 	})
 }

@@ -1,0 +1,185 @@
+package v1beta2
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// KindBackup is the kind of an EtcdBackup.
+const KindBackup = "EtcdBackup"
+
+// EtcdBackup takes snapshots of an etcd cluster, once or periodically, and
+// stores them. The fields of the CoreOS etcd-backup-operator keep their
+// names, so its manifests apply unchanged.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=etcdbackups,singular=etcdbackup,categories=all
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Storage",type=string,JSONPath=`.spec.storageType`
+// +kubebuilder:printcolumn:name="Succeeded",type=boolean,JSONPath=`.status.succeeded`
+// +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.etcdRevision`
+// +kubebuilder:printcolumn:name="Last success",type=date,JSONPath=`.status.lastSuccessDate`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type EtcdBackup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   BackupSpec   `json:"spec"`
+	Status BackupStatus `json:"status,omitempty"`
+}
+
+// EtcdBackupList is a list of EtcdBackups.
+//
+// +kubebuilder:object:root=true
+type EtcdBackupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EtcdBackup `json:"items"`
+}
+
+// BackupStorageType names where backups go.
+//
+// +kubebuilder:validation:Enum=S3;ABS;GCS;OSS
+type BackupStorageType string
+
+// BackupStorageS3 is the one storage type served; the CoreOS operator's
+// others (ABS, GCS, OSS) are accepted and refused with a condition.
+const BackupStorageS3 BackupStorageType = "S3"
+
+// BackupSpec says what to back up, where to, and how often.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.etcdEndpoints) && size(self.etcdEndpoints) > 0) != (has(self.clusterName) && self.clusterName != ”)",message="name the cluster by etcdEndpoints or by clusterName, exactly one of them"
+type BackupSpec struct {
+	// EtcdEndpoints are client URLs of the cluster's members (CoreOS). One
+	// is enough: the agent finds the others through etcd's member list.
+	// +optional
+	EtcdEndpoints []string `json:"etcdEndpoints,omitempty"`
+
+	// ClusterName names an EtcdCluster in the same namespace, instead of
+	// etcdEndpoints.
+	// +optional
+	ClusterName string `json:"clusterName,omitempty"`
+
+	// StorageType is S3.
+	StorageType BackupStorageType `json:"storageType"`
+
+	// +optional
+	BackupPolicy *BackupPolicy `json:"backupPolicy,omitempty"`
+
+	// S3 is the destination for storageType S3.
+	// +optional
+	S3 *S3BackupSource `json:"s3,omitempty"`
+
+	// ClientTLSSecret (CoreOS) holds etcd-client.crt, etcd-client.key and
+	// etcd-client-ca.crt for clusters that serve TLS.
+	// +optional
+	ClientTLSSecret string `json:"clientTLSSecret,omitempty"`
+}
+
+// BackupPolicy is the CoreOS backup policy.
+type BackupPolicy struct {
+	// TimeoutInSecond bounds one backup run; 0 means 30 minutes.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TimeoutInSecond int64 `json:"timeoutInSecond,omitempty"`
+
+	// BackupIntervalInSecond is the time between periodic backups; 0 takes
+	// one backup.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	BackupIntervalInSecond int64 `json:"backupIntervalInSecond,omitempty"`
+
+	// MaxBackups is how many periodic backups to keep; 0 keeps all.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxBackups int `json:"maxBackups,omitempty"`
+}
+
+// S3BackupSource is the CoreOS S3 destination.
+type S3BackupSource struct {
+	// Path is "<bucket>/<key>".
+	Path string `json:"path"`
+
+	// AWSSecret names a Secret with the AWS shared files "credentials" and
+	// "config" (profile default).
+	AWSSecret string `json:"awsSecret"`
+
+	// Endpoint is an S3-compatible store's URL; empty for AWS S3.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// ForcePathStyle addresses the bucket in the path rather than the host.
+	// +optional
+	ForcePathStyle bool `json:"forcePathStyle,omitempty"`
+}
+
+// BackupStatus is what the hook last observed of the backups. The first
+// five fields are the CoreOS operator's.
+type BackupStatus struct {
+	// ObservedGeneration is injected by Metacontroller.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Succeeded says whether the last run succeeded.
+	// +optional
+	Succeeded bool `json:"succeeded"`
+
+	// Reason explains a failure. Its JSON name is capitalised, as CoreOS
+	// had it.
+	// +optional
+	Reason string `json:"Reason,omitempty"`
+
+	// EtcdVersion and EtcdRevision are those of the last backup stored.
+	// +optional
+	EtcdVersion string `json:"etcdVersion,omitempty"`
+	// +optional
+	EtcdRevision int64 `json:"etcdRevision,omitempty"`
+
+	// LastSuccessDate is when the last backup was stored.
+	// +optional
+	LastSuccessDate *metav1.Time `json:"lastSuccessDate,omitempty"`
+
+	// LastBackup describes the last backup stored.
+	// +optional
+	LastBackup *StoredBackup `json:"lastBackup,omitempty"`
+
+	// LastRun is the last run, finished or not. The schedule is derived
+	// from it and from LastSuccessDate.
+	// +optional
+	LastRun *BackupRun `json:"lastRun,omitempty"`
+
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []ClusterCondition `json:"conditions,omitempty"`
+}
+
+// StoredBackup is one backup as the agent stored it.
+type StoredBackup struct {
+	Location    string      `json:"location"`
+	Size        int64       `json:"size"`
+	SHA256      string      `json:"sha256"`
+	Revision    int64       `json:"revision"`
+	EtcdVersion string      `json:"etcdVersion"`
+	ClusterID   string      `json:"clusterID,omitempty"`
+	Time        metav1.Time `json:"time"`
+}
+
+// BackupRun is one run of the backup agent.
+type BackupRun struct {
+	// Name is the run's Pod.
+	Name string `json:"name"`
+	// Generation is the spec's generation the run was started for.
+	Generation int64       `json:"generation"`
+	Start      metav1.Time `json:"start"`
+	// End is set once the run has finished.
+	// +optional
+	End *metav1.Time `json:"end,omitempty"`
+	// +optional
+	Succeeded bool `json:"succeeded,omitempty"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// ConsecutiveFailures counts the failed runs up to and including this
+	// one; the retry backoff grows with it.
+	// +optional
+	ConsecutiveFailures int `json:"consecutiveFailures,omitempty"`
+}

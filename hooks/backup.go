@@ -1,0 +1,184 @@
+package hooks
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/sync/backup"
+)
+
+// Keys of the related map (hook version v1): like children, by Kind and
+// apiVersion, then by name within the parent's namespace.
+const (
+	RelatedSecrets  = "Secret.v1"
+	RelatedClusters = v1beta2.Kind + "." + v1beta2.APIVersion
+)
+
+// BackupConfig is what the EtcdBackup hooks need beyond the request.
+type BackupConfig struct {
+	// AgentImage is this project's image; runs start its backup mode.
+	AgentImage string
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// BackupSyncHandler serves the EtcdBackup sync hook, and
+// BackupFinalizeHandler its finalize hook.
+func BackupSyncHandler(cfg BackupConfig) http.Handler     { return backupHandler{cfg, false} }
+func BackupFinalizeHandler(cfg BackupConfig) http.Handler { return backupHandler{cfg, true} }
+
+type backupHandler struct {
+	cfg      BackupConfig
+	finalize bool
+}
+
+type backupParent struct {
+	APIVersion string               `json:"apiVersion"`
+	Kind       string               `json:"kind"`
+	Metadata   metav1.ObjectMeta    `json:"metadata"`
+	Spec       json.RawMessage      `json:"spec"`
+	Status     v1beta2.BackupStatus `json:"status"`
+}
+
+type backupRequest struct {
+	Parent     *backupParent                         `json:"parent"`
+	Children   map[string]map[string]json.RawMessage `json:"children"`
+	Related    map[string]map[string]json.RawMessage `json:"related"`
+	Finalizing bool                                  `json:"finalizing"`
+}
+
+type backupResponse struct {
+	Status             *v1beta2.BackupStatus `json:"status"`
+	Children           []any                 `json:"children"`
+	ResyncAfterSeconds float64               `json:"resyncAfterSeconds,omitempty"`
+	Finalized          *bool                 `json:"finalized,omitempty"`
+}
+
+func (h backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	o, err := DecodeBackup(body)
+	if err != nil {
+		writeDecodeError(w, err)
+		return
+	}
+	o.Finalizing = o.Finalizing || h.finalize
+	o.AgentImage = h.cfg.AgentImage
+	o.Now = time.Now()
+	if h.cfg.Now != nil {
+		o.Now = h.cfg.Now()
+	}
+	d := backup.Plan(o)
+	resp := backupResponse{Status: &d.Status, Children: make([]any, 0, len(d.Children))}
+	if d.ResyncAfter > 0 {
+		resp.ResyncAfterSeconds = math.Round(d.ResyncAfter.Seconds()*1000) / 1000
+	}
+	if h.finalize {
+		resp.Finalized = &d.Finalized
+	}
+	for _, c := range d.Children {
+		wire, err := wireObject(c)
+		if err != nil {
+			WriteError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		resp.Children = append(resp.Children, wire)
+	}
+	out, err := json.Marshal(resp)
+	if err != nil {
+		WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, out)
+}
+
+// DecodeBackup turns an EtcdBackup hook request into what its planner
+// observes. A spec that does not decode is a condition, not an error.
+func DecodeBackup(body []byte) (*backup.Observed, error) {
+	var req backupRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, badRequest(400, "request body is not a Metacontroller hook request: %v", err)
+	}
+	p := req.Parent
+	if err := checkParent(p, v1beta2.KindBackup); err != nil {
+		return nil, err
+	}
+	b := &v1beta2.EtcdBackup{
+		TypeMeta:   metav1.TypeMeta{APIVersion: p.APIVersion, Kind: p.Kind},
+		ObjectMeta: p.Metadata,
+		Status:     p.Status,
+	}
+	o := &backup.Observed{Backup: b, Finalizing: req.Finalizing}
+	if err := decodeSpec(p.Spec, &b.Spec, "an EtcdBackup"); err != nil {
+		o.SpecErrors = field.ErrorList{err}
+	} else {
+		o.SpecErrors = b.Validate()
+	}
+	var err error
+	if o.Pods, err = decodeChildren[corev1.Pod](req.Children, ChildPods); err != nil {
+		return nil, err
+	}
+	if o.Secrets, err = decodeChildren[corev1.Secret](req.Related, RelatedSecrets); err != nil {
+		return nil, err
+	}
+	if o.Clusters, err = decodeChildren[v1beta2.EtcdCluster](req.Related, RelatedClusters); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// checkParent refuses a request without a parent of the expected kind.
+func checkParent(p *backupParent, kind string) error {
+	if p == nil {
+		return badRequest(422, "request has no parent")
+	}
+	if p.APIVersion != v1beta2.APIVersion || p.Kind != kind {
+		return badRequest(422, "parent is %s %q, this route serves %s %q", p.APIVersion, p.Kind, v1beta2.APIVersion, kind)
+	}
+	if p.Metadata.Name == "" || p.Metadata.Namespace == "" {
+		return badRequest(422, "parent has no metadata.name or metadata.namespace")
+	}
+	return nil
+}
+
+// BackupCustomizeHandler serves the EtcdBackup customize hook: the objects
+// a sync needs that are not its children, the S3 Secret and the named
+// EtcdCluster, which then arrive in every sync request's related map. The
+// hook so reads them without Kubernetes credentials of its own.
+func BackupCustomizeHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := readBody(w, r)
+		if !ok {
+			return
+		}
+		var req struct {
+			Parent *backupParent `json:"parent"`
+		}
+		if err := json.Unmarshal(body, &req); err != nil {
+			WriteError(w, http.StatusBadRequest, "request body is not a Metacontroller customize request: "+err.Error())
+			return
+		}
+		if err := checkParent(req.Parent, v1beta2.KindBackup); err != nil {
+			writeDecodeError(w, err)
+			return
+		}
+		// A spec that does not decode relates nothing; the sync hook says why.
+		var spec v1beta2.BackupSpec
+		_ = json.Unmarshal(req.Parent.Spec, &spec)
+		out, err := json.Marshal(map[string]any{"relatedResources": backup.Related(req.Parent.Metadata.Namespace, spec)})
+		if err != nil {
+			WriteError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		writeJSON(w, out)
+	})
+}

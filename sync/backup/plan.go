@@ -1,0 +1,410 @@
+// Package backup plans one Metacontroller sync of an EtcdBackup.
+//
+// Like the cluster's planner it is pure: given the EtcdBackup, its run
+// Pods and the related objects the customize hook asked for (the S3
+// Secret, the EtcdCluster it names), it returns the run Pod to keep or
+// start, the status and when to look again. A run is one Pod of this
+// project's image in backup mode; its outcome comes back as the Pod's
+// termination message. The schedule is derived from the status alone, so
+// a restarted hook, or one that was down, reaches the same decision: a
+// missed period gives one run at once, never a burst.
+package backup
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/etcdhook/etcd-hook/agent"
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/sync"
+)
+
+// Observed is everything one sync of an EtcdBackup knows.
+type Observed struct {
+	Backup     *v1beta2.EtcdBackup
+	SpecErrors field.ErrorList
+	// Pods are the run Pods, the EtcdBackup's children.
+	Pods map[string]*corev1.Pod
+	// Secrets and Clusters are the related objects of the same namespace,
+	// by name.
+	Secrets  map[string]*corev1.Secret
+	Clusters map[string]*v1beta2.EtcdCluster
+
+	Finalizing bool
+	Now        time.Time
+	// AgentImage is this project's image, whose backup mode a run runs.
+	AgentImage string
+}
+
+// Decision is the answer to one sync.
+type Decision struct {
+	Children    []sync.Child
+	Status      v1beta2.BackupStatus
+	ResyncAfter time.Duration
+	Finalized   bool
+}
+
+// Condition reasons, part of the API.
+const (
+	ReasonInvalidSpec     = "InvalidSpec"
+	ReasonSecretInvalid   = "SecretInvalid"
+	ReasonClusterNotFound = "ClusterNotFound"
+	ReasonBackupFailed    = "BackupFailed"
+	ReasonRunning         = "BackupRunning"
+	ReasonScheduled       = "Scheduled"
+	ReasonDone            = "Done"
+	ReasonAsExpected      = "AsExpected"
+)
+
+const (
+	// DefaultTimeout bounds a run when the policy says 0.
+	DefaultTimeout = 30 * time.Minute
+	// startGrace is how long a run Pod may take beyond its timeout before
+	// it is given up: an image pull, scheduling.
+	startGrace = 5 * time.Minute
+	// Failed runs are retried after backoffBase, doubling up to backoffMax
+	// (and never later than the next period).
+	backoffBase = 10 * time.Second
+	backoffMax  = 5 * time.Minute
+	// resyncBlocked is how often a backup blocked on its spec or a related
+	// object looks again; a change of either also triggers a sync.
+	resyncBlocked = 30 * time.Second
+	resyncRunning = 10 * time.Second
+)
+
+type planner struct {
+	o      *Observed
+	status v1beta2.BackupStatus
+	// children is the answer's run Pod, if any.
+	children []sync.Child
+	// progressing and degraded are this sync's conditions.
+	progressing, degraded cond
+	resync                time.Duration
+}
+
+type cond struct {
+	status          metav1.ConditionStatus
+	reason, message string
+}
+
+// Plan decides one sync.
+func Plan(o *Observed) Decision {
+	p := &planner{o: o, status: o.Backup.Status}
+	p.status.ObservedGeneration = o.Backup.Generation
+	if o.Finalizing {
+		// The run Pods go; a run cut short aborts its upload.
+		return Decision{Children: []sync.Child{}, Status: p.status, Finalized: len(o.Pods) == 0, ResyncAfter: 2 * time.Second}
+	}
+	p.degraded = cond{metav1.ConditionFalse, ReasonAsExpected, "no problem observed"}
+	switch p.followRuns() {
+	case idle:
+		p.maybeStart(true)
+	case ended:
+		// The next run waits for the status that records this one, so
+		// that a lost status write cannot lose an outcome.
+		p.maybeStart(false)
+	}
+	return Decision{Children: p.children, Status: p.finalStatus(), ResyncAfter: p.resync}
+}
+
+// runState is what followRuns found.
+type runState int
+
+const (
+	idle    runState = iota // no run, or one recorded as ended
+	ended                   // a run ended and is recorded by this answer
+	running                 // a run is in flight
+)
+
+// followRuns keeps the run in flight, records a run that has ended (and
+// keeps its Pod until the status that records it comes back), and drops
+// every other run Pod: at most one runs.
+func (p *planner) followRuns() runState {
+	current := p.currentRun()
+	if current == nil {
+		return idle
+	}
+	last := p.status.LastRun
+	if last == nil || last.Name != current.Name {
+		// A run whose start the status never recorded (its write was
+		// lost): it is the current run all the same.
+		last = &v1beta2.BackupRun{Name: current.Name, Generation: runGeneration(current), Start: current.CreationTimestamp,
+			ConsecutiveFailures: p.failures()}
+		p.status.LastRun = last
+	}
+	switch {
+	case last.End != nil:
+		// Recorded by the status this request carries: the Pod can go.
+		return idle
+	case finished(current):
+		p.record(last, outcome(current))
+		p.children = append(p.children, sync.KeepPod(current))
+		return ended
+	case p.o.Now.Sub(last.Start.Time) > p.timeout()+startGrace:
+		// Dropped: Metacontroller deletes it, and the agent, if it ever
+		// started, aborts its upload on SIGTERM.
+		p.record(last, agent.Result{Reason: fmt.Sprintf("the backup Pod %s did not finish within %s%s", current.Name, p.timeout()+startGrace, waitingReason(current))})
+		return ended
+	}
+	p.children = append(p.children, sync.KeepPod(current))
+	p.progressing = cond{metav1.ConditionTrue, ReasonRunning, "backup " + current.Name + " is running"}
+	p.resync = resyncRunning
+	return running
+}
+
+// currentRun is the run the status names, or a newer one it missed.
+func (p *planner) currentRun() *corev1.Pod {
+	var current *corev1.Pod
+	for _, pod := range p.o.Pods {
+		if current == nil || runNumber(pod.Name) > runNumber(current.Name) {
+			current = pod
+		}
+	}
+	if current == nil {
+		return nil
+	}
+	if last := p.status.LastRun; last != nil && runNumber(current.Name) < runNumber(last.Name) {
+		return nil
+	}
+	return current
+}
+
+func (p *planner) failures() int {
+	if last := p.status.LastRun; last != nil && !last.Succeeded {
+		return last.ConsecutiveFailures
+	}
+	return 0
+}
+
+// record writes a run's outcome into the status.
+func (p *planner) record(run *v1beta2.BackupRun, res agent.Result) {
+	end := metav1.NewTime(p.o.Now.UTC().Truncate(time.Second))
+	if !res.End.IsZero() {
+		end = metav1.NewTime(res.End.UTC().Truncate(time.Second))
+	}
+	run.End, run.Succeeded, run.Reason = &end, res.Succeeded, res.Reason
+	st := &p.status
+	st.Succeeded, st.Reason = res.Succeeded, res.Reason
+	if !res.Succeeded {
+		// The run carried the failures before it since it started.
+		run.ConsecutiveFailures++
+		return
+	}
+	run.ConsecutiveFailures = 0
+	st.EtcdVersion, st.EtcdRevision, st.LastSuccessDate = res.EtcdVersion, res.EtcdRevision, &end
+	st.LastBackup = &v1beta2.StoredBackup{
+		Location: res.Location, Size: res.Size, SHA256: res.SHA256, Revision: res.EtcdRevision,
+		EtcdVersion: res.EtcdVersion, ClusterID: res.ClusterID, Time: end,
+	}
+}
+
+// maybeStart starts the next run if it is due, nothing blocks it and
+// mayStart; otherwise it says when the next run is due.
+func (p *planner) maybeStart(mayStart bool) {
+	if len(p.o.SpecErrors) > 0 {
+		p.block(ReasonInvalidSpec, "the spec is invalid, so no backup is taken: "+p.o.SpecErrors.ToAggregate().Error())
+		return
+	}
+	endpoints, reason, msg := p.endpoints()
+	if reason == "" {
+		reason, msg = p.checkSecret()
+	}
+	if reason != "" {
+		p.block(reason, msg)
+		return
+	}
+	due, why := p.nextDue()
+	if due.IsZero() {
+		p.progressing = cond{metav1.ConditionFalse, ReasonDone, why}
+		return
+	}
+	if wait := due.Sub(p.o.Now); wait > 0 || !mayStart {
+		p.progressing = cond{metav1.ConditionFalse, ReasonScheduled, why}
+		p.resync = max(wait, time.Second)
+		return
+	}
+	name := fmt.Sprintf("%s-%d", p.o.Backup.Name, p.nextRunNumber())
+	p.status.LastRun = &v1beta2.BackupRun{
+		Name: name, Generation: p.o.Backup.Generation,
+		Start:               metav1.NewTime(p.o.Now.UTC().Truncate(time.Second)),
+		ConsecutiveFailures: p.failures(),
+	}
+	p.children = append(p.children, sync.Child{Kind: sync.KindPod, Name: name, Object: p.runPod(name, endpoints)})
+	p.progressing = cond{metav1.ConditionTrue, ReasonRunning, "backup " + name + " started: " + why}
+	p.resync = resyncRunning
+}
+
+func (p *planner) block(reason, msg string) {
+	p.status.Succeeded, p.status.Reason = false, msg
+	p.degraded = cond{metav1.ConditionTrue, reason, msg}
+	p.progressing = cond{metav1.ConditionFalse, reason, msg}
+	p.resync = resyncBlocked
+}
+
+// nextDue says when the next run is due and why; zero when none ever is
+// (a one-shot backup that succeeded for this generation).
+func (p *planner) nextDue() (time.Time, string) {
+	b, last := p.o.Backup, p.status.LastRun
+	interval := time.Duration(p.policy().BackupIntervalInSecond) * time.Second
+	switch {
+	case last == nil:
+		return p.o.Now, "no backup taken yet"
+	case !last.Succeeded && last.End != nil:
+		backoff := min(backoffBase<<min(max(last.ConsecutiveFailures-1, 0), 10), backoffMax)
+		if interval > 0 {
+			backoff = min(backoff, interval)
+		}
+		return last.End.Add(backoff), fmt.Sprintf("retrying after %d failed runs, %s after the last", last.ConsecutiveFailures, backoff)
+	case interval == 0 && last.Generation == b.Generation:
+		return time.Time{}, "the one-shot backup is taken"
+	case interval == 0:
+		return p.o.Now, "the spec changed since the last backup"
+	}
+	// Periodic: one period after the last run started, so that a run's
+	// own length does not shift the schedule; a schedule missed while the
+	// hook was down is due now, once.
+	due := last.Start.Add(interval)
+	return due, fmt.Sprintf("every %s; next at %s", interval, due.UTC().Format(time.RFC3339))
+}
+
+func (p *planner) nextRunNumber() int {
+	n := 0
+	if last := p.status.LastRun; last != nil {
+		n = runNumber(last.Name)
+	}
+	for name := range p.o.Pods {
+		n = max(n, runNumber(name))
+	}
+	return n + 1
+}
+
+// runNumber is the n of "<backup>-<n>"; 0 for any other name.
+func runNumber(name string) int {
+	i := strings.LastIndexByte(name, '-')
+	n, err := strconv.Atoi(name[i+1:])
+	if i < 0 || err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+func (p *planner) policy() v1beta2.BackupPolicy {
+	if pol := p.o.Backup.Spec.BackupPolicy; pol != nil {
+		return *pol
+	}
+	return v1beta2.BackupPolicy{}
+}
+
+func (p *planner) timeout() time.Duration {
+	if t := p.policy().TimeoutInSecond; t > 0 {
+		return time.Duration(t) * time.Second
+	}
+	return DefaultTimeout
+}
+
+// endpoints are the spec's, or the named EtcdCluster's client Service.
+func (p *planner) endpoints() (eps []string, reason, msg string) {
+	spec := p.o.Backup.Spec
+	if spec.ClusterName == "" {
+		return spec.EtcdEndpoints, "", ""
+	}
+	c, ok := p.o.Clusters[spec.ClusterName]
+	if !ok {
+		return nil, ReasonClusterNotFound, fmt.Sprintf("EtcdCluster %q not found in namespace %s", spec.ClusterName, p.o.Backup.Namespace)
+	}
+	host := fmt.Sprintf("%s.%s.svc", sync.ClientServiceName(c.Name), c.Namespace)
+	if d := c.Spec.Pod.ClusterDomainSuffix(); d != "" {
+		host += "." + d
+	}
+	return []string{fmt.Sprintf("http://%s:%d", host, sync.ClientPort)}, "", ""
+}
+
+// checkSecret looks at the S3 Secret before a run: a Pod that mounts a
+// missing Secret would wait in ContainerCreating, and say why nowhere the
+// hook can see.
+func (p *planner) checkSecret() (reason, msg string) {
+	name := p.o.Backup.Spec.S3.AWSSecret
+	s, ok := p.o.Secrets[name]
+	switch {
+	case !ok:
+		return ReasonSecretInvalid, fmt.Sprintf("Secret %q (spec.s3.awsSecret) not found in namespace %s", name, p.o.Backup.Namespace)
+	case len(s.Data[agent.CredentialsFile]) == 0 && s.StringData[agent.CredentialsFile] == "":
+		return ReasonSecretInvalid, fmt.Sprintf("Secret %q (spec.s3.awsSecret) has no key %q: it must hold the AWS shared files %q and %q", name, agent.CredentialsFile, agent.CredentialsFile, agent.ConfigFile)
+	}
+	return "", ""
+}
+
+func (p *planner) finalStatus() v1beta2.BackupStatus {
+	st := p.status
+	if last := st.LastRun; last != nil && last.End != nil && !last.Succeeded && p.degraded.reason == ReasonAsExpected {
+		p.degraded = cond{metav1.ConditionTrue, ReasonBackupFailed, fmt.Sprintf("backup %s failed: %s", last.Name, last.Reason)}
+	}
+	if p.progressing.reason == "" {
+		p.progressing = cond{metav1.ConditionFalse, ReasonDone, "nothing to do"}
+	}
+	st.Conditions = nil
+	for _, c := range []struct {
+		t v1beta2.ConditionType
+		c cond
+	}{{v1beta2.ConditionProgressing, p.progressing}, {v1beta2.ConditionDegraded, p.degraded}} {
+		out := v1beta2.ClusterCondition{Type: c.t, Status: c.c.status, Reason: c.c.reason, Message: c.c.message,
+			LastTransitionTime: metav1.NewTime(p.o.Now.UTC().Truncate(time.Second))}
+		for _, prev := range p.o.Backup.Status.Conditions {
+			if prev.Type == c.t && prev.Status == out.Status && !prev.LastTransitionTime.IsZero() {
+				out.LastTransitionTime = prev.LastTransitionTime
+			}
+		}
+		st.Conditions = append(st.Conditions, out)
+	}
+	return st
+}
+
+func finished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// outcome reads a finished run: the agent's result from the termination
+// message, or what the kubelet says when there is none (killed, evicted,
+// never started).
+func outcome(p *corev1.Pod) agent.Result {
+	for _, cs := range p.Status.ContainerStatuses {
+		t := cs.State.Terminated
+		if cs.Name != ContainerName || t == nil {
+			continue
+		}
+		var res agent.Result
+		if t.Message != "" && json.Unmarshal([]byte(t.Message), &res) == nil && (res.Succeeded || res.Reason != "") {
+			if res.Succeeded && t.ExitCode != 0 {
+				res.Succeeded, res.Reason = false, fmt.Sprintf("the agent reported success but exited %d", t.ExitCode)
+			}
+			return res
+		}
+		return agent.Result{Reason: fmt.Sprintf("the backup container ended without a result: %s (exit code %d) %s", t.Reason, t.ExitCode, t.Message)}
+	}
+	why := string(p.Status.Phase)
+	if p.Status.Reason != "" {
+		why += ": " + p.Status.Reason + " " + p.Status.Message
+	}
+	return agent.Result{Reason: "the backup Pod ended without a result: " + strings.TrimSpace(why)}
+}
+
+func waitingReason(p *corev1.Pod) string {
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			return fmt.Sprintf(" (waiting: %s %s)", w.Reason, w.Message)
+		}
+	}
+	return ""
+}
+
+func runGeneration(p *corev1.Pod) int64 {
+	g, _ := strconv.ParseInt(p.Labels[LabelGeneration], 10, 64)
+	return g
+}
