@@ -259,7 +259,7 @@ func TestRunPod(t *testing.T) {
 	pod := d.Children[0].Object.(*corev1.Pod)
 	c := pod.Spec.Containers[0]
 	want := []string{"backup", "--endpoints=http://demo-client.prod.svc:2379", "--s3-path=backups/demo.db", "--aws-dir=/etc/etcd-backup/aws",
-		"--timeout=30m0s", "--s3-endpoint=http://s3.local:7070", "--s3-force-path-style", "--periodic", "--max-backups=2"}
+		"--timeout=30m0s", "--result-file=/dev/termination-log", "--s3-endpoint=http://s3.local:7070", "--s3-force-path-style", "--periodic", "--max-backups=2"}
 	if d := cmp.Diff(want, c.Args); d != "" {
 		t.Errorf("args (-want +got):\n%s", d)
 	}

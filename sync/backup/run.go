@@ -37,6 +37,9 @@ func (p *planner) runPod(name string, endpoints []string) *corev1.Pod {
 		"--s3-path=" + s3.Path,
 		"--aws-dir=" + awsDir,
 		fmt.Sprintf("--timeout=%s", p.timeout()),
+		// Where the kubelet reads the termination message, named rather
+		// than left to the agent's default, so that it is visibly the same.
+		"--result-file=" + corev1.TerminationMessagePathDefault,
 	}
 	if s3.Endpoint != "" {
 		args = append(args, "--s3-endpoint="+s3.Endpoint)

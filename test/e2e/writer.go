@@ -30,8 +30,10 @@ type Writer struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu       sync.Mutex
-	acked    []int
+	mu    sync.Mutex
+	acked []int
+	// revs is the revision etcd acknowledged each put at, by n.
+	revs     map[int]int64
 	attempts int
 	lastErr  error
 }
@@ -67,12 +69,16 @@ func (w *Writer) run(ctx context.Context) {
 	defer close(w.done)
 	for n := 0; ctx.Err() == nil; n++ {
 		pctx, cancel := context.WithTimeout(ctx, putTimeout)
-		_, err := w.cli.Put(pctx, w.Key(n), strconv.Itoa(n))
+		resp, err := w.cli.Put(pctx, w.Key(n), strconv.Itoa(n))
 		cancel()
 		w.mu.Lock()
 		w.attempts++
 		if err == nil {
 			w.acked = append(w.acked, n)
+			if w.revs == nil {
+				w.revs = map[int]int64{}
+			}
+			w.revs[n] = resp.Header.Revision
 		} else if ctx.Err() == nil {
 			w.lastErr = err
 		}
@@ -82,6 +88,19 @@ func (w *Writer) run(ctx context.Context) {
 		case <-time.After(writePause):
 		}
 	}
+}
+
+// AckedUpTo lists the keys etcd acknowledged at or before revision rev.
+func (w *Writer) AckedUpTo(rev int64) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, n := range w.acked {
+		if w.revs[n] <= rev {
+			out = append(out, w.Key(n))
+		}
+	}
+	return out
 }
 
 // Acked is how many puts were acknowledged so far.

@@ -27,6 +27,10 @@ type Options struct {
 	Controller ControllerConfig // SyncURL and FinalizeURL are filled in
 	Kubelet    KubeletConfig    // Dir is filled in
 
+	// Backups runs a second Metacontroller, for EtcdBackups and their run
+	// Pods, with the hook's customize hook (BackupMC).
+	Backups bool
+
 	// StrictDNS resolves Pod names only through a matching headless
 	// Service, as Kubernetes does (see clusterDNS).
 	StrictDNS bool
@@ -44,14 +48,16 @@ type Options struct {
 // Env is one emulated cluster: API server, Metacontroller, kubelet, cluster
 // DNS, the hook and a fault proxy in front of it.
 type Env struct {
-	T       testing.TB
-	Dir     string
-	API     *APIServer
-	MC      *Metacontroller
-	Kubelet *Kubelet
-	Proxy   *FaultProxy
-	Hook    *HookProcess // nil when Options.HookURL is used
-	Procs   *ProcTable
+	T   testing.TB
+	Dir string
+	API *APIServer
+	MC  *Metacontroller
+	// BackupMC runs the EtcdBackup controller, with Options.Backups.
+	BackupMC *Metacontroller
+	Kubelet  *Kubelet
+	Proxy    *FaultProxy
+	Hook     *HookProcess // nil when Options.HookURL is used
+	Procs    *ProcTable
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -165,6 +171,18 @@ func (e *Env) start() error {
 		return err
 	}
 	e.MC = mc
+	if e.opts.Backups {
+		bc := ControllerConfig{
+			Name: "etcd-backup", ParentType: TypeEtcdBackup, ParentKind: "EtcdBackup", ParentResource: "etcdbackups",
+			SyncURL: proxy.URL() + "/backup/sync", FinalizeURL: proxy.URL() + "/backup/finalize", CustomizeURL: proxy.URL() + "/backup/customize",
+			ChildTypes:   []ChildType{{APIVersion: "v1", Kind: "Pod", Resource: "pods", UpdateMethod: "OnDelete"}},
+			ResyncPeriod: 300 * time.Second,
+			Logf:         cc.Logf,
+		}
+		if e.BackupMC, err = NewMetacontroller(e.API, bc); err != nil {
+			return err
+		}
+	}
 	kc := e.opts.Kubelet
 	kc.Dir = filepath.Join(e.Dir, "cluster")
 	if verbose && kc.Logf == nil {
@@ -177,6 +195,9 @@ func (e *Env) start() error {
 	e.Kubelet = k
 	k.Start(e.ctx)
 	mc.Start(e.ctx)
+	if e.BackupMC != nil {
+		e.BackupMC.Start(e.ctx)
+	}
 	return nil
 }
 
@@ -190,6 +211,9 @@ func (e *Env) close() {
 	t := e.T
 	if e.MC != nil {
 		e.MC.Stop()
+	}
+	if e.BackupMC != nil {
+		e.BackupMC.Stop()
 	}
 	if e.Hook != nil {
 		e.Hook.Stop(2 * time.Second)
@@ -209,7 +233,11 @@ func (e *Env) close() {
 		t.Errorf("harness: %d processes still running after Close", len(live))
 	}
 	if e.MC != nil && !e.opts.TolerateApplyErrors {
-		if errs := e.MC.untakenApplyErrors(); len(errs) > 0 {
+		errs := e.MC.untakenApplyErrors()
+		if e.BackupMC != nil {
+			errs = append(errs, e.BackupMC.untakenApplyErrors()...)
+		}
+		if len(errs) > 0 {
 			var b strings.Builder
 			for _, ae := range errs {
 				fmt.Fprintf(&b, "\n  %v", ae)

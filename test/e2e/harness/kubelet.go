@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -483,6 +484,16 @@ func (w *podWorker) schedule(pod *corev1.Pod) bool {
 		switch {
 		case v.EmptyDir != nil:
 			vols[v.Name] = filepath.Join(w.dir, "volumes", v.Name)
+		case v.Secret != nil:
+			// Written once, at scheduling; a Secret that does not exist
+			// leaves the volume out (the containers that mount it then
+			// fail to start), where a kubelet would keep retrying.
+			d := filepath.Join(w.dir, "volumes", v.Name)
+			if err := w.writeSecret(pod.Namespace, v.Secret.SecretName, d); err != nil {
+				w.k.event(w.ref, "volume %s: %v", v.Name, err)
+				continue
+			}
+			vols[v.Name] = d
 		case v.PersistentVolumeClaim != nil:
 			claim := v.PersistentVolumeClaim.ClaimName
 			pvc, ok := w.k.api.Get(Ref{Type: TypePVC, Namespace: pod.Namespace, Name: claim})
@@ -597,7 +608,9 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c *ctrState) {
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {
 		w.k.event(w.ref, "container %s: writable layer: %v", c.name, err)
 	}
-	plan, err := planContainer(podContext{pod: pod, ip: w.ip, lo: w.lo, binDir: w.k.cfg.BinDir, volumes: w.volumes, home: w.dir, rootfs: rootfs}, &c.spec)
+	termLog := w.termLog(c.name)
+	_ = os.Remove(termLog)
+	plan, err := planContainer(podContext{pod: pod, ip: w.ip, lo: w.lo, binDir: w.k.cfg.BinDir, volumes: w.volumes, home: w.dir, rootfs: rootfs, termLog: termLog}, &c.spec)
 	switch {
 	case errors.Is(err, errImagePull):
 		c.pullFailures++
@@ -681,6 +694,12 @@ func (w *podWorker) recordExit(pod *corev1.Pod, c *ctrState, immediate bool) {
 	}
 	if sig := p.Signaled(); sig != 0 {
 		c.term.Signal = int32(sig)
+	}
+	// The termination message, at most 4096 bytes as the kubelet reads it.
+	if f, err := os.Open(w.termLog(c.name)); err == nil {
+		msg, _ := io.ReadAll(io.LimitReader(f, 4096))
+		_ = f.Close()
+		c.term.Message = string(msg)
 	}
 	w.setProc(c, nil)
 	w.k.event(w.ref, "container %s: exited with code %d", c.name, code)
@@ -912,4 +931,37 @@ func qosClass(pod *corev1.Pod) corev1.PodQOSClass {
 		}
 	}
 	return corev1.PodQOSBestEffort
+}
+
+// termLog is the host file behind a container's termination message.
+func (w *podWorker) termLog(container string) string {
+	return filepath.Join(w.dir, "containers", container, "termination-log")
+}
+
+// writeSecret materializes a Secret's data as files, one per key.
+func (w *podWorker) writeSecret(namespace, name, dir string) error {
+	obj, ok := w.k.api.Get(Ref{Type: TypeSecret, Namespace: namespace, Name: name})
+	if !ok {
+		return fmt.Errorf("secret %q not found", name)
+	}
+	var secret corev1.Secret
+	if err := json.Unmarshal(mustJSON(obj), &secret); err != nil {
+		return fmt.Errorf("secret %q: %w", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	files := map[string][]byte{}
+	for k, v := range secret.Data {
+		files[k] = v
+	}
+	for k, v := range secret.StringData {
+		files[k] = []byte(v)
+	}
+	for k, v := range files {
+		if err := os.WriteFile(filepath.Join(dir, k), v, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

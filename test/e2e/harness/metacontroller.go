@@ -63,6 +63,12 @@ type ControllerConfig struct {
 	// RecordLimit is how many hook exchanges are kept [500].
 	RecordLimit int
 	Logf        func(format string, args ...any)
+
+	// The parent kind [EtcdCluster]: its type key, kind and resource.
+	ParentType, ParentKind, ParentResource string
+	// CustomizeURL, when set, is the customize hook: it is asked before
+	// every sync which related objects to send [none].
+	CustomizeURL string
 }
 
 func (c *ControllerConfig) defaults() {
@@ -89,6 +95,9 @@ func (c *ControllerConfig) defaults() {
 	}
 	if c.RecordLimit == 0 {
 		c.RecordLimit = 500
+	}
+	if c.ParentType == "" {
+		c.ParentType, c.ParentKind, c.ParentResource = TypeEtcdCluster, "EtcdCluster", "etcdclusters"
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
@@ -168,6 +177,8 @@ type Metacontroller struct {
 	// dropStatus lists parents whose status writes are skipped, as when
 	// Metacontroller dies between applying children and writing status.
 	dropStatus map[string]bool
+	// relatedTypes are the type keys customize answers have named.
+	relatedTypes map[string]bool
 	// hideChildren lists parents whose requests show no child, as from an
 	// informer cache that has not caught up.
 	hideChildren map[string]bool
@@ -204,12 +215,15 @@ func NewMetacontroller(api *APIServer, cfg ControllerConfig) (*Metacontroller, e
 	}
 	spec := map[string]any{
 		"generateSelector": true,
-		"parentResource":   map[string]any{"apiVersion": "etcd.database.coreos.com/v1beta2", "resource": "etcdclusters"},
+		"parentResource":   map[string]any{"apiVersion": "etcd.database.coreos.com/v1beta2", "resource": cfg.ParentResource},
 		"childResources":   childResources,
 		"hooks": map[string]any{
 			"sync":     map[string]any{"version": "v1", "webhook": map[string]any{"url": cfg.SyncURL, "timeout": cfg.Timeout.String()}},
 			"finalize": map[string]any{"version": "v1", "webhook": map[string]any{"url": cfg.FinalizeURL, "timeout": cfg.Timeout.String()}},
 		},
+	}
+	if cfg.CustomizeURL != "" {
+		spec["hooks"].(map[string]any)["customize"] = map[string]any{"version": "v1", "webhook": map[string]any{"url": cfg.CustomizeURL, "timeout": cfg.Timeout.String()}}
 	}
 	if cfg.ResyncPeriod > 0 {
 		spec["resyncPeriodSeconds"] = cfg.ResyncPeriod.Seconds()
@@ -237,7 +251,7 @@ func (mc *Metacontroller) Finalizer() string {
 func (mc *Metacontroller) Start(ctx context.Context) {
 	mc.ctx, mc.cancel = context.WithCancel(ctx)
 	mc.unsub = mc.api.Subscribe(mc.onEvent)
-	for _, p := range mc.api.List(TypeEtcdCluster, "") {
+	for _, p := range mc.api.List(mc.cfg.ParentType, "") {
 		mc.enqueue(RefOf(p))
 	}
 }
@@ -255,9 +269,17 @@ func (mc *Metacontroller) Stop() {
 }
 
 func (mc *Metacontroller) onEvent(ev Event) {
-	if ev.Ref.Type == TypeEtcdCluster {
+	if ev.Ref.Type == mc.cfg.ParentType {
 		if ev.Type != Deleted {
 			mc.enqueue(ev.Ref)
+		}
+		return
+	}
+	if mc.isRelatedType(ev.Ref.Type) {
+		// A related object changed: sync every parent of its namespace, a
+		// superset of those that relate it.
+		for _, p := range mc.api.List(mc.cfg.ParentType, ev.Ref.Namespace) {
+			mc.enqueue(RefOf(p))
 		}
 		return
 	}
@@ -268,9 +290,9 @@ func (mc *Metacontroller) onEvent(ev Event) {
 	list, _ := refs.([]any)
 	for _, r := range list {
 		m, _ := r.(map[string]any)
-		if c, _ := m["controller"].(bool); c && m["kind"] == "EtcdCluster" {
+		if c, _ := m["controller"].(bool); c && m["kind"] == mc.cfg.ParentKind {
 			name, _ := m["name"].(string)
-			mc.enqueue(Ref{Type: TypeEtcdCluster, Namespace: ev.Ref.Namespace, Name: name})
+			mc.enqueue(Ref{Type: mc.cfg.ParentType, Namespace: ev.Ref.Namespace, Name: name})
 		}
 	}
 }
@@ -300,7 +322,7 @@ func (mc *Metacontroller) enqueue(ref Ref) {
 
 // Enqueue forces a sync of a parent, as any watch event would.
 func (mc *Metacontroller) Enqueue(namespace, name string) {
-	mc.enqueue(Ref{Type: TypeEtcdCluster, Namespace: namespace, Name: name})
+	mc.enqueue(Ref{Type: mc.cfg.ParentType, Namespace: namespace, Name: name})
 }
 
 type parentWorker struct {
@@ -476,11 +498,19 @@ func (mc *Metacontroller) syncParent(ctx context.Context, w *parentWorker) error
 	}
 	uid := nestedString(parent, "metadata", "uid")
 	observed := mc.observedChildren(parent)
+	related := map[string]map[string]Object{}
+	if mc.cfg.CustomizeURL != "" {
+		var err error
+		if related, err = mc.related(ctx, key, parent); err != nil {
+			mc.count(key, func(m *Metrics) { m.HookErrors++ })
+			return err
+		}
+	}
 	body := mustJSON(map[string]any{
 		"controller": mc.ctrl,
 		"parent":     parent,
 		"children":   observed,
-		"related":    map[string]any{},
+		"related":    related,
 		"finalizing": finalizing,
 	})
 	url := mc.cfg.SyncURL
@@ -704,7 +734,7 @@ func (mc *Metacontroller) manageChildren(key string, parent Object, observed, de
 				md := ensureMap(obj, "metadata")
 				owners, _ := md["ownerReferences"].([]any)
 				md["ownerReferences"] = append(owners, map[string]any{
-					"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+					"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": mc.cfg.ParentKind,
 					"name": nestedString(parent, "metadata", "name"), "uid": uid,
 					"controller": true, "blockOwnerDeletion": true,
 				})
@@ -752,28 +782,28 @@ func (mc *Metacontroller) manageChildren(key string, parent Object, observed, de
 	return errors.Join(errs...)
 }
 
-// CreateParent creates an EtcdCluster with the given spec.
+// CreateParent creates a parent of the controller's kind with the given spec.
 func (mc *Metacontroller) CreateParent(namespace, name string, spec map[string]any) (Object, error) {
 	return mc.api.Create(Object{
 		"apiVersion": "etcd.database.coreos.com/v1beta2",
-		"kind":       "EtcdCluster",
+		"kind":       mc.cfg.ParentKind,
 		"metadata":   map[string]any{"name": name, "namespace": namespace},
 		"spec":       spec,
 	})
 }
 
-func parentRef(namespace, name string) Ref {
-	return Ref{Type: TypeEtcdCluster, Namespace: namespace, Name: name}
+func (mc *Metacontroller) parentRef(namespace, name string) Ref {
+	return Ref{Type: mc.cfg.ParentType, Namespace: namespace, Name: name}
 }
 
 // Parent returns the current parent object.
 func (mc *Metacontroller) Parent(namespace, name string) (Object, bool) {
-	return mc.api.Get(parentRef(namespace, name))
+	return mc.api.Get(mc.parentRef(namespace, name))
 }
 
 // UpdateParentSpec edits the spec in place (generation is bumped if it changed).
 func (mc *Metacontroller) UpdateParentSpec(namespace, name string, edit func(spec map[string]any)) (Object, error) {
-	return mc.api.Mutate(parentRef(namespace, name), func(o Object) error {
+	return mc.api.Mutate(mc.parentRef(namespace, name), func(o Object) error {
 		edit(ensureMap(o, "spec"))
 		return nil
 	})
@@ -808,7 +838,7 @@ func mergePatch(dst, patch map[string]any) {
 // controller's finalizer present this only sets deletionTimestamp, and the
 // finalize hook is called until it answers finalized: true.
 func (mc *Metacontroller) DeleteParent(namespace, name string) error {
-	return mc.api.Delete(parentRef(namespace, name), "")
+	return mc.api.Delete(mc.parentRef(namespace, name), "")
 }
 
 // Children returns the parent's children as the next request would show them.
@@ -847,7 +877,7 @@ func (mc *Metacontroller) HideChildren(namespace, name string, hide bool) {
 // AnnotateParent sets (or, with value "", removes) an annotation on the
 // parent, as kubectl annotate would.
 func (mc *Metacontroller) AnnotateParent(namespace, name, key, value string) (Object, error) {
-	return mc.api.Mutate(parentRef(namespace, name), func(o Object) error {
+	return mc.api.Mutate(mc.parentRef(namespace, name), func(o Object) error {
 		md := ensureMap(o, "metadata")
 		annotations, _ := md["annotations"].(map[string]any)
 		if annotations == nil {
@@ -934,4 +964,77 @@ func describeRecord(r SyncRecord) string {
 		b.WriteString(" finalized")
 	}
 	return b.String()
+}
+
+// relatedKinds maps the resources a customize hook may name to their kind.
+var relatedKinds = map[string]string{"secrets": "Secret", "etcdclusters": "EtcdCluster", "etcdbackups": "EtcdBackup"}
+
+func (mc *Metacontroller) isRelatedType(typ string) bool {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	return mc.relatedTypes[typ]
+}
+
+// related asks the customize hook what to relate and collects it, as
+// Metacontroller does with hook version v1: objects of the parent's own
+// namespace, keyed by type and then by name.
+func (mc *Metacontroller) related(ctx context.Context, key string, parent Object) (map[string]map[string]Object, error) {
+	body := mustJSON(map[string]any{"controller": mc.ctrl, "parent": parent})
+	ctx, cancel := context.WithTimeout(ctx, mc.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, mc.cfg.CustomizeURL, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := mc.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("customize hook: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("customize hook: HTTP %d %s %v", resp.StatusCode, data, err)
+	}
+	var out struct {
+		RelatedResources []struct {
+			APIVersion string   `json:"apiVersion"`
+			Resource   string   `json:"resource"`
+			Namespace  string   `json:"namespace"`
+			Names      []string `json:"names"`
+		} `json:"relatedResources"`
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("customize hook: decode answer: %w", err)
+	}
+	ns := nestedString(parent, "metadata", "namespace")
+	related := map[string]map[string]Object{}
+	for _, r := range out.RelatedResources {
+		kind, ok := relatedKinds[r.Resource]
+		if !ok {
+			return nil, fmt.Errorf("customize hook: resource %q is not known to the harness", r.Resource)
+		}
+		if r.Namespace != "" && r.Namespace != ns {
+			return nil, fmt.Errorf("customize hook: namespace %q differs from the parent's (hook version v1)", r.Namespace)
+		}
+		typ := kind + "." + r.APIVersion
+		mc.mu.Lock()
+		if mc.relatedTypes == nil {
+			mc.relatedTypes = map[string]bool{}
+		}
+		mc.relatedTypes[typ] = true
+		mc.mu.Unlock()
+		m := related[typ]
+		if m == nil {
+			m = map[string]Object{}
+			related[typ] = m
+		}
+		for _, obj := range mc.api.List(typ, ns) {
+			name := nestedString(obj, "metadata", "name")
+			if len(r.Names) == 0 || containsString(r.Names, name) {
+				m[name] = obj
+			}
+		}
+	}
+	return related, nil
 }

@@ -83,16 +83,34 @@ type podContext struct {
 	volumes map[string]string // volume name -> host directory
 	home    string
 	rootfs  string // the container's writable layer
+	// termLog is the host file behind the container's
+	// terminationMessagePath.
+	termLog string
+}
+
+// hookImage reports this project's own image, which runs bin/etcd-hook:
+// the backup agent runs in it.
+func hookImage(image string) bool {
+	repo := image
+	if i := strings.LastIndexByte(image, ':'); i > strings.LastIndexByte(image, '/') {
+		repo = image[:i]
+	}
+	return path.Base(repo) == "etcd-hook"
 }
 
 // planContainer translates one container. Errors wrap errImagePull or
 // errContainerConfig.
 func planContainer(pc podContext, c *corev1.Container) (*launch, error) {
-	ver, err := imageVersion(c.Image)
-	if err != nil {
-		return nil, err
+	var ver, etcdBin string
+	if hookImage(c.Image) {
+		etcdBin = filepath.Join(pc.binDir, "etcd-hook")
+	} else {
+		var err error
+		if ver, err = imageVersion(c.Image); err != nil {
+			return nil, err
+		}
+		etcdBin = filepath.Join(pc.binDir, "etcd-"+ver)
 	}
-	etcdBin := filepath.Join(pc.binDir, "etcd-"+ver)
 	if err := executable(etcdBin); err != nil {
 		return nil, fmt.Errorf("%w: %q: %w", errImagePull, c.Image, err)
 	}
@@ -114,8 +132,11 @@ func planContainer(pc podContext, c *corev1.Container) (*launch, error) {
 	}
 	bin := etcdBin
 	if len(c.Command) > 0 {
-		switch base := path.Base(argv[0]); base {
-		case "etcd", "etcdctl", "etcdutl":
+		switch base := path.Base(argv[0]); {
+		case ver == "" && base == "etcd-hook":
+		case ver == "":
+			return nil, fmt.Errorf("%w: command %q: the etcd-hook image runs only /etcd-hook", errContainerConfig, argv[0])
+		case base == "etcd" || base == "etcdctl" || base == "etcdutl":
 			bin = filepath.Join(pc.binDir, base+"-"+ver)
 			if err := executable(bin); err != nil {
 				return nil, fmt.Errorf("%w: %s not in image %q: %w", errContainerConfig, argv[0], c.Image, err)
@@ -289,6 +310,13 @@ func mountMap(pc podContext, c *corev1.Container) ([]mountPoint, error) {
 		}
 		out = append(out, mountPoint{ctr: ctr, host: host})
 	}
+	if pc.termLog != "" {
+		p := c.TerminationMessagePath
+		if p == "" {
+			p = corev1.TerminationMessagePathDefault
+		}
+		out = append(out, mountPoint{ctr: path.Clean(p), host: pc.termLog})
+	}
 	sort.SliceStable(out, func(i, j int) bool { return len(out[i].ctr) > len(out[j].ctr) })
 	if pc.rootfs != "" {
 		out = append(out, mountPoint{ctr: "/", host: pc.rootfs})
@@ -302,6 +330,13 @@ var hostPaths = []string{"/dev", "/proc", "/sys"}
 func rewritePath(v string, mounts []mountPoint) string {
 	if !strings.HasPrefix(v, "/") {
 		return v
+	}
+	// A file the kubelet mounts, such as the termination message, even
+	// under /dev.
+	for _, m := range mounts {
+		if v == m.ctr && m.ctr != "/" {
+			return m.host
+		}
 	}
 	for _, h := range hostPaths {
 		if v == h || strings.HasPrefix(v, h+"/") {
