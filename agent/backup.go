@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -65,12 +66,28 @@ const (
 // of such a member may miss acknowledged writes, so none is taken.
 var ErrNoQuorum = errors.New("no member answered a linearizable read: the cluster is unreachable or has lost its quorum")
 
-// Backup takes one snapshot and stores it. The snapshot comes from the
+// Store is where backups go: an S3 bucket or a volume.
+type Store interface {
+	// Put stores r under key, whole or not at all: a failure, including
+	// r's own at its very end, leaves nothing new and an earlier object
+	// under key as it was.
+	Put(ctx context.Context, key string, r io.Reader, meta map[string]string) error
+	// Tag adds what is known once the object is stored (its sha256).
+	Tag(ctx context.Context, key string, kv map[string]string) error
+	// List returns the objects whose keys start with prefix.
+	List(ctx context.Context, prefix string) ([]StoredObject, error)
+	Delete(ctx context.Context, key string) error
+	// Location is how an object is named in status.
+	Location(key string) string
+}
+
+// Backup takes one snapshot and stores it under base (a one-shot) or
+// base_v<revision>_<time> (periodic). The snapshot comes from the
 // member with the highest revision among those that answer, once that
 // member has proven it is part of a quorum; its etcdRevision is read
 // through the quorum just before the snapshot starts, so every write
 // acknowledged at or before it is in the snapshot.
-func Backup(ctx context.Context, opts BackupOptions, cfg S3Config, store *S3Store) Result {
+func Backup(ctx context.Context, opts BackupOptions, store Store, base string) Result {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
@@ -99,7 +116,7 @@ func Backup(ctx context.Context, opts BackupOptions, cfg S3Config, store *S3Stor
 		return fail(cause(ctx, err))
 	}
 	res.Member, res.EtcdVersion, res.ClusterID, res.EtcdRevision = member.endpoint, member.version, member.clusterID, member.revision
-	key := cfg.Key()
+	key := base
 	if opts.Periodic {
 		key = PeriodicKey(key, member.revision, res.Start)
 	}
@@ -134,7 +151,7 @@ func Backup(ctx context.Context, opts BackupOptions, cfg S3Config, store *S3Stor
 	}
 
 	if opts.Periodic && opts.MaxBackups > 0 {
-		objs, err := store.List(ctx, cfg.Key())
+		objs, err := store.List(ctx, base)
 		if err != nil {
 			return fail(fmt.Errorf("the backup is stored at %s, but retention could not list the older ones: %w", res.Location, cause(ctx, err)))
 		}
@@ -142,7 +159,7 @@ func Backup(ctx context.Context, opts BackupOptions, cfg S3Config, store *S3Stor
 		for _, o := range objs {
 			keys = append(keys, o.Key)
 		}
-		for _, old := range Expired(cfg.Key(), keys, opts.MaxBackups, key) {
+		for _, old := range Expired(base, keys, opts.MaxBackups, key) {
 			if err := store.Delete(ctx, old); err != nil {
 				return fail(fmt.Errorf("the backup is stored at %s, but retention could not delete %s: %w", res.Location, old, cause(ctx, err)))
 			}

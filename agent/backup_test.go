@@ -88,7 +88,7 @@ func (f *fixture) backup(t *testing.T, opts BackupOptions, cfg S3Config) Result 
 	if opts.Timeout == 0 {
 		opts.Timeout = time.Minute
 	}
-	return Backup(context.Background(), opts, cfg, f.storeFor(t, cfg))
+	return Backup(context.Background(), opts, f.storeFor(t, cfg), cfg.Key())
 }
 
 // download fetches key into a file.

@@ -18,6 +18,7 @@ import (
 // apiVersion, then by name within the parent's namespace.
 const (
 	RelatedSecrets  = "Secret.v1"
+	RelatedClaims   = "PersistentVolumeClaim.v1"
 	RelatedClusters = v1beta2.Kind + "." + v1beta2.APIVersion
 )
 
@@ -128,6 +129,9 @@ func DecodeBackup(body []byte) (*backup.Observed, error) {
 		return nil, err
 	}
 	if o.Secrets, err = decodeChildren[corev1.Secret](req.Related, RelatedSecrets); err != nil {
+		return nil, err
+	}
+	if o.Claims, err = decodeChildren[corev1.PersistentVolumeClaim](req.Related, RelatedClaims); err != nil {
 		return nil, err
 	}
 	if o.Clusters, err = decodeChildren[v1beta2.EtcdCluster](req.Related, RelatedClusters); err != nil {

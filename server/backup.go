@@ -26,6 +26,9 @@ func runBackup(args []string) error {
 		s3Endpoint = fs.String("s3-endpoint", "", "the S3 store's URL; empty for AWS S3")
 		pathStyle  = fs.Bool("s3-force-path-style", false, "address the bucket in the path rather than the host name")
 		awsDir     = fs.String("aws-dir", "/etc/etcd-backup/aws", `directory holding the AWS shared files "credentials" and "config" (the mounted awsSecret)`)
+		dir        = fs.String("dir", "", "a volume destination instead of S3: the directory the claim is mounted at")
+		file       = fs.String("file", "etcd.backup", "with --dir, the backup's path within it")
+		volume     = fs.String("volume", "", "with --dir, the claim's name, for the location in the result")
 		periodic   = fs.Bool("periodic", false, `name the object "<key>_v<revision>_<time>" and keep the newest --max-backups`)
 		maxBackups = fs.Int("max-backups", 0, "with --periodic, how many backups to keep; 0 keeps all")
 		timeout    = fs.Duration("timeout", 30*time.Minute, "bound on the whole run")
@@ -49,18 +52,32 @@ func runBackup(args []string) error {
 			now := time.Now().UTC()
 			return agent.Result{Reason: err.Error(), Start: now, End: now}
 		}
-		profile, err := agent.LoadAWSProfile(*awsDir)
-		if err != nil {
-			return failed(err)
-		}
-		cfg := agent.S3Config{Path: *s3Path, Endpoint: *s3Endpoint, ForcePathStyle: *pathStyle, Profile: profile}
-		store, err := agent.NewS3Store(cfg)
-		if err != nil {
-			return failed(err)
+		var store agent.Store
+		var base string
+		switch {
+		case *dir != "" && *s3Path != "":
+			return failed(errors.New("--dir and --s3-path name two destinations; give one"))
+		case *dir != "":
+			files, err := agent.NewFileStore(*dir, *volume)
+			if err != nil {
+				return failed(err)
+			}
+			store, base = files, *file
+		default:
+			profile, err := agent.LoadAWSProfile(*awsDir)
+			if err != nil {
+				return failed(err)
+			}
+			cfg := agent.S3Config{Path: *s3Path, Endpoint: *s3Endpoint, ForcePathStyle: *pathStyle, Profile: profile}
+			s3, err := agent.NewS3Store(cfg)
+			if err != nil {
+				return failed(err)
+			}
+			store, base = s3, cfg.Key()
 		}
 		return agent.Backup(ctx, agent.BackupOptions{
 			Endpoints: eps, Periodic: *periodic, MaxBackups: *maxBackups, Timeout: *timeout, Logger: logger,
-		}, cfg, store)
+		}, store, base)
 	}()
 	if err := agent.WriteResult(*resultFile, res); err != nil {
 		logger.Error("cannot write the result", "file", *resultFile, "error", err)

@@ -38,12 +38,16 @@ type EtcdBackupList struct {
 
 // BackupStorageType names where backups go.
 //
-// +kubebuilder:validation:Enum=S3;ABS;GCS;OSS
+// +kubebuilder:validation:Enum=S3;PVC;ABS;GCS;OSS
 type BackupStorageType string
 
-// BackupStorageS3 is the one storage type served; the CoreOS operator's
-// others (ABS, GCS, OSS) are accepted and refused with a condition.
-const BackupStorageS3 BackupStorageType = "S3"
+// The storage types served: S3, and PVC (a volume, which the CoreOS
+// operator lacked). Its others (ABS, GCS, OSS) are accepted by the schema
+// and refused with a condition.
+const (
+	BackupStorageS3  BackupStorageType = "S3"
+	BackupStoragePVC BackupStorageType = "PVC"
+)
 
 // BackupSpec says what to back up, where to, and how often.
 //
@@ -59,7 +63,7 @@ type BackupSpec struct {
 	// +optional
 	ClusterName string `json:"clusterName,omitempty"`
 
-	// StorageType is S3.
+	// StorageType is S3 or PVC.
 	StorageType BackupStorageType `json:"storageType"`
 
 	// +optional
@@ -68,6 +72,10 @@ type BackupSpec struct {
 	// S3 is the destination for storageType S3.
 	// +optional
 	S3 *S3BackupSource `json:"s3,omitempty"`
+
+	// PVC is the destination for storageType PVC.
+	// +optional
+	PVC *PVCBackupSource `json:"pvc,omitempty"`
 
 	// ClientTLSSecret (CoreOS) holds etcd-client.crt, etcd-client.key and
 	// etcd-client-ca.crt for clusters that serve TLS.
@@ -110,6 +118,18 @@ type S3BackupSource struct {
 	// ForcePathStyle addresses the bucket in the path rather than the host.
 	// +optional
 	ForcePathStyle bool `json:"forcePathStyle,omitempty"`
+}
+
+// PVCBackupSource is a volume destination: backups are files on a claim.
+type PVCBackupSource struct {
+	// ClaimName names a PersistentVolumeClaim in the same namespace.
+	ClaimName string `json:"claimName"`
+
+	// Path is the file, relative to the claim's root, that a one-shot
+	// backup is written to; periodic backups add "_v<revision>_<time>".
+	// +kubebuilder:default="etcd.backup"
+	// +optional
+	Path string `json:"path,omitempty"`
 }
 
 // BackupStatus is what the hook last observed of the backups. The first

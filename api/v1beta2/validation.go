@@ -99,8 +99,20 @@ func (b *EtcdBackup) Validate() field.ErrorList {
 				errs = append(errs, field.Invalid(path.Child("s3", "endpoint"), s3.Endpoint, "must be an http(s) URL"))
 			}
 		}
+	case BackupStoragePVC:
+		pvc := spec.PVC
+		if pvc == nil {
+			errs = append(errs, field.Required(path.Child("pvc"), "storageType PVC needs spec.pvc"))
+			break
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(pvc.ClaimName) {
+			errs = append(errs, field.Invalid(path.Child("pvc", "claimName"), pvc.ClaimName, msg))
+		}
+		if p := pvc.Path; p != "" && (strings.HasPrefix(p, "/") || strings.Contains(p, "..") || strings.HasSuffix(p, "/")) {
+			errs = append(errs, field.Invalid(path.Child("pvc", "path"), p, "must be a file path relative to the claim's root, without \"..\""))
+		}
 	default:
-		errs = append(errs, field.NotSupported(path.Child("storageType"), spec.StorageType, []BackupStorageType{BackupStorageS3}))
+		errs = append(errs, field.NotSupported(path.Child("storageType"), spec.StorageType, []BackupStorageType{BackupStorageS3, BackupStoragePVC}))
 	}
 	if spec.ClientTLSSecret != "" {
 		errs = append(errs, field.Invalid(path.Child("clientTLSSecret"), spec.ClientTLSSecret, "TLS clusters are not served yet"))

@@ -35,6 +35,7 @@ type Observed struct {
 	// Secrets and Clusters are the related objects of the same namespace,
 	// by name.
 	Secrets  map[string]*corev1.Secret
+	Claims   map[string]*corev1.PersistentVolumeClaim
 	Clusters map[string]*v1beta2.EtcdCluster
 
 	Finalizing bool
@@ -55,6 +56,7 @@ type Decision struct {
 const (
 	ReasonInvalidSpec     = "InvalidSpec"
 	ReasonSecretInvalid   = "SecretInvalid"
+	ReasonClaimNotFound   = "ClaimNotFound"
 	ReasonClusterNotFound = "ClusterNotFound"
 	ReasonBackupFailed    = "BackupFailed"
 	ReasonRunning         = "BackupRunning"
@@ -214,7 +216,7 @@ func (p *planner) maybeStart(mayStart bool) {
 	}
 	endpoints, reason, msg := p.endpoints()
 	if reason == "" {
-		reason, msg = p.checkSecret()
+		reason, msg = p.checkDestination()
 	}
 	if reason != "" {
 		p.block(reason, msg)
@@ -326,10 +328,20 @@ func (p *planner) endpoints() (eps []string, reason, msg string) {
 	return []string{fmt.Sprintf("http://%s:%d", host, sync.ClientPort)}, "", ""
 }
 
-// checkSecret looks at the S3 Secret before a run: a Pod that mounts a
-// missing Secret would wait in ContainerCreating, and say why nowhere the
-// hook can see.
-func (p *planner) checkSecret() (reason, msg string) {
+// checkDestination looks at what a run mounts, the S3 Secret or the
+// claim, before the run: a Pod that mounts a missing one would wait in
+// ContainerCreating, and say why nowhere the hook can see.
+func (p *planner) checkDestination() (reason, msg string) {
+	if pvc := p.o.Backup.Spec.PVC; p.o.Backup.Spec.StorageType == v1beta2.BackupStoragePVC {
+		c, ok := p.o.Claims[pvc.ClaimName]
+		switch {
+		case !ok:
+			return ReasonClaimNotFound, fmt.Sprintf("PersistentVolumeClaim %q (spec.pvc.claimName) not found in namespace %s", pvc.ClaimName, p.o.Backup.Namespace)
+		case c.DeletionTimestamp != nil:
+			return ReasonClaimNotFound, fmt.Sprintf("PersistentVolumeClaim %q (spec.pvc.claimName) is being deleted", pvc.ClaimName)
+		}
+		return "", ""
+	}
 	name := p.o.Backup.Spec.S3.AWSSecret
 	s, ok := p.o.Secrets[name]
 	switch {

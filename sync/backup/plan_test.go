@@ -139,6 +139,15 @@ func TestPlan(t *testing.T) {
 		want: outcomeSummary{Progressing: "False/SecretInvalid", Degraded: ReasonSecretInvalid,
 			Reason: `Secret "aws" (spec.s3.awsSecret) has no key "credentials": it must hold the AWS shared files "credentials" and "config"`, Resync: resyncBlocked},
 	}, {
+		name:   "claim missing",
+		reason: "a volume destination needs its claim: no run, a reason naming it",
+		in: with(observe(newBackup(0), t0), func(o *Observed) {
+			o.Backup.Spec.StorageType, o.Backup.Spec.S3 = v1beta2.BackupStoragePVC, nil
+			o.Backup.Spec.PVC = &v1beta2.PVCBackupSource{ClaimName: "backups"}
+		}),
+		want: outcomeSummary{Progressing: "False/ClaimNotFound", Degraded: ReasonClaimNotFound,
+			Reason: `PersistentVolumeClaim "backups" (spec.pvc.claimName) not found in namespace prod`, Resync: resyncBlocked},
+	}, {
 		name:   "invalid spec",
 		reason: "an invalid spec starts nothing and says which field",
 		in: with(observe(newBackup(0), t0), func(o *Observed) {
@@ -258,8 +267,8 @@ func TestRunPod(t *testing.T) {
 	}
 	pod := d.Children[0].Object.(*corev1.Pod)
 	c := pod.Spec.Containers[0]
-	want := []string{"backup", "--endpoints=http://demo-client.prod.svc:2379", "--s3-path=backups/demo.db", "--aws-dir=/etc/etcd-backup/aws",
-		"--timeout=30m0s", "--result-file=/dev/termination-log", "--s3-endpoint=http://s3.local:7070", "--s3-force-path-style", "--periodic", "--max-backups=2"}
+	want := []string{"backup", "--endpoints=http://demo-client.prod.svc:2379", "--timeout=30m0s", "--result-file=/dev/termination-log",
+		"--s3-path=backups/demo.db", "--aws-dir=/etc/etcd-backup/aws", "--s3-endpoint=http://s3.local:7070", "--s3-force-path-style", "--periodic", "--max-backups=2"}
 	if d := cmp.Diff(want, c.Args); d != "" {
 		t.Errorf("args (-want +got):\n%s", d)
 	}
@@ -323,5 +332,29 @@ func TestFinalize(t *testing.T) {
 	o.Pods = map[string]*corev1.Pod{}
 	if d := Plan(o); !d.Finalized {
 		t.Error("without Pods: not finalized")
+	}
+}
+
+// TestRunPodOnClaim: a volume destination mounts the claim and names the
+// file; no Secret is mounted.
+func TestRunPodOnClaim(t *testing.T) {
+	o := with(observe(newBackup(0), t0), func(o *Observed) {
+		o.Backup.Spec.StorageType, o.Backup.Spec.S3 = v1beta2.BackupStoragePVC, nil
+		o.Backup.Spec.PVC = &v1beta2.PVCBackupSource{ClaimName: "backups", Path: "demo/etcd.db"}
+		o.Claims = map[string]*corev1.PersistentVolumeClaim{"backups": {}}
+	})
+	d := Plan(o)
+	if len(d.Children) != 1 {
+		t.Fatalf("children %v, status %+v", d.Children, d.Status)
+	}
+	pod := d.Children[0].Object.(*corev1.Pod)
+	c := pod.Spec.Containers[0]
+	want := []string{"backup", "--endpoints=http://demo-client.prod.svc:2379", "--timeout=30m0s", "--result-file=/dev/termination-log",
+		"--dir=/var/etcd-backup", "--file=demo/etcd.db", "--volume=backups"}
+	if d := cmp.Diff(want, c.Args); d != "" {
+		t.Errorf("args (-want +got):\n%s", d)
+	}
+	if v := pod.Spec.Volumes; len(v) != 1 || v[0].PersistentVolumeClaim == nil || v[0].PersistentVolumeClaim.ClaimName != "backups" || c.VolumeMounts[0].MountPath != "/var/etcd-backup" {
+		t.Errorf("volumes %+v mounts %+v", v, c.VolumeMounts)
 	}
 }

@@ -22,6 +22,8 @@ const (
 
 	awsDir     = "/etc/etcd-backup/aws"
 	awsVolume  = "aws"
+	volumeDir  = "/var/etcd-backup"
+	dataVolume = "backups"
 	agentPath  = "/etcd-hook"
 	nonrootUID = 65532
 )
@@ -30,22 +32,39 @@ const (
 // Kubernetes credentials, nothing written but its result.
 func (p *planner) runPod(name string, endpoints []string) *corev1.Pod {
 	b := p.o.Backup
-	s3 := b.Spec.S3
 	args := []string{
 		"backup",
 		"--endpoints=" + strings.Join(endpoints, ","),
-		"--s3-path=" + s3.Path,
-		"--aws-dir=" + awsDir,
 		fmt.Sprintf("--timeout=%s", p.timeout()),
 		// Where the kubelet reads the termination message, named rather
 		// than left to the agent's default, so that it is visibly the same.
 		"--result-file=" + corev1.TerminationMessagePathDefault,
 	}
-	if s3.Endpoint != "" {
-		args = append(args, "--s3-endpoint="+s3.Endpoint)
-	}
-	if s3.ForcePathStyle {
-		args = append(args, "--s3-force-path-style")
+	var volume corev1.Volume
+	var mount corev1.VolumeMount
+	if pvc := b.Spec.PVC; b.Spec.StorageType == v1beta2.BackupStoragePVC {
+		file := pvc.Path
+		if file == "" {
+			file = "etcd.backup"
+		}
+		args = append(args, "--dir="+volumeDir, "--file="+file, "--volume="+pvc.ClaimName)
+		volume = corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.ClaimName},
+		}}
+		mount = corev1.VolumeMount{Name: dataVolume, MountPath: volumeDir}
+	} else {
+		s3 := b.Spec.S3
+		args = append(args, "--s3-path="+s3.Path, "--aws-dir="+awsDir)
+		if s3.Endpoint != "" {
+			args = append(args, "--s3-endpoint="+s3.Endpoint)
+		}
+		if s3.ForcePathStyle {
+			args = append(args, "--s3-force-path-style")
+		}
+		volume = corev1.Volume{Name: awsVolume, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: s3.AWSSecret},
+		}}
+		mount = corev1.VolumeMount{Name: awsVolume, MountPath: awsDir, ReadOnly: true}
 	}
 	if pol := p.policy(); pol.BackupIntervalInSecond > 0 {
 		args = append(args, "--periodic", fmt.Sprintf("--max-backups=%d", pol.MaxBackups))
@@ -76,7 +95,7 @@ func (p *planner) runPod(name string, endpoints []string) *corev1.Pod {
 				Image:        p.o.AgentImage,
 				Command:      []string{agentPath},
 				Args:         args,
-				VolumeMounts: []corev1.VolumeMount{{Name: awsVolume, MountPath: awsDir, ReadOnly: true}},
+				VolumeMounts: []corev1.VolumeMount{mount},
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("96Mi")},
 					// Two 8 MiB parts and the clients: about 70 MiB whatever
@@ -89,9 +108,7 @@ func (p *planner) runPod(name string, endpoints []string) *corev1.Pod {
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
 			}},
-			Volumes: []corev1.Volume{{Name: awsVolume, VolumeSource: corev1.VolumeSource{
-				Secret: &corev1.SecretVolumeSource{SecretName: s3.AWSSecret},
-			}}},
+			Volumes: []corev1.Volume{volume},
 		},
 	}
 }

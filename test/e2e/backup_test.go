@@ -153,6 +153,9 @@ func TestBackups(t *testing.T) {
 	took := time.Since(start)
 	b.checkRestore(st)
 
+	// A volume destination: a claim of the namespace.
+	b.checkVolumeBackup()
+
 	// Periodic every 20 s keeping 2, and the faults beside it.
 	b.createBackup("periodic", b.s3Spec("periodic/etcd.backup", "aws"), map[string]any{"backupIntervalInSecond": 20, "maxBackups": 2})
 	b.createBackup("wrong-credentials", b.s3Spec("wrong/etcd.backup", "aws-wrong"), nil)
@@ -201,7 +204,7 @@ func TestBackups(t *testing.T) {
 	s.checkWorld("backups", before, s.c.PodNames())
 	acked, lost := s.verifyWrites("backups")
 	ReportFailure(t, Failure{
-		Fault:    "backups beside a writer: one-shot, periodic (20 s, keep 2) and three failing EtcdBackups (wrong credentials, unreachable store, missing Secret)",
+		Fault:    "backups beside a writer: one-shot to S3 and to a volume, periodic (20 s, keep 2) and three failing EtcdBackups (wrong credentials, unreachable store, missing Secret)",
 		Expected: "the one-shot restores to every write acknowledged at or before its revision; the periodic keeps the 2 newest; each fault fails with a reason naming it, stores nothing, and the cluster is untouched",
 		Observed: fmt.Sprintf("one-shot stored in %s at revision %d (%d bytes), restored with etcdutl: every write acknowledged up to it present; periodic: %d runs in %s, %d objects kept; faults: reasons name the credentials, the unreachable store, the missing Secret; members and Pods unchanged",
 			round(took), st.EtcdRevision, st.LastBackup.Size, len(runs), round(time.Since(periodicStart)), len(kept)),
@@ -268,4 +271,39 @@ func (b *backupScenario) checkRestore(st BackupStatus) {
 		t.Errorf("restored backup at revision %d: %d writes acknowledged up to it, %d missing: %v", st.EtcdRevision, len(want), len(missing), missing[:min(len(missing), 5)])
 	}
 	t.Logf("one-shot backup %s: revision %d, %d bytes; restored: all %d writes acknowledged up to it present", st.LastBackup.Location, st.EtcdRevision, st.LastBackup.Size, len(want))
+}
+
+// checkVolumeBackup: storageType PVC writes the backup as a file on the
+// claim, which etcdutl accepts.
+func (b *backupScenario) checkVolumeBackup() {
+	t := b.t
+	if _, err := b.env.API.Create(harness.Object{
+		"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+		"metadata": map[string]any{"name": "backups", "namespace": ns},
+		"spec":     map[string]any{"accessModes": []any{"ReadWriteOnce"}, "resources": map[string]any{"requests": map[string]any{"storage": "1Gi"}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	spec := map[string]any{"clusterName": exampleName, "storageType": "PVC", "pvc": map[string]any{"claimName": "backups", "path": "demo/etcd.backup"}}
+	if _, err := b.env.BackupMC.CreateParent(ns, "on-volume", spec); err != nil {
+		t.Fatal(err)
+	}
+	st := b.waitBackup("on-volume", 60*time.Second, "succeeded", func(st BackupStatus) bool { return st.Succeeded && st.LastBackup != nil })
+	dir, ok := b.env.Kubelet.ClaimDir(ns, "backups")
+	if !ok {
+		t.Fatal("the claim is gone")
+	}
+	file := filepath.Join(dir, "demo", "etcd.backup")
+	fi, err := os.Stat(file)
+	if err != nil || fi.Size() != st.LastBackup.Size || st.LastBackup.Location != "pvc://backups/demo/etcd.backup" {
+		t.Fatalf("backup file %s: %v (size %d); status %+v", file, err, fi.Size(), st.LastBackup)
+	}
+	root, err := etcdtest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := exec.Command(filepath.Join(root, "bin", "etcdutl-v"+etcdtest.Version36), "snapshot", "status", file).CombinedOutput(); err != nil {
+		t.Fatalf("etcdutl snapshot status %s: %v\n%s", file, err, msg)
+	}
+	t.Logf("volume backup: %s, %d bytes at revision %d", st.LastBackup.Location, st.LastBackup.Size, st.EtcdRevision)
 }

@@ -247,6 +247,15 @@ func (k *Kubelet) pvDir(pvc Object) string {
 		nestedString(pvc, "metadata", "name"), nestedString(pvc, "metadata", "uid")))
 }
 
+// ClaimDir is the host directory behind a PersistentVolumeClaim.
+func (k *Kubelet) ClaimDir(namespace, name string) (string, bool) {
+	pvc, ok := k.api.Get(Ref{Type: TypePVC, Namespace: namespace, Name: name})
+	if !ok {
+		return "", false
+	}
+	return k.pvDir(pvc), true
+}
+
 func (k *Kubelet) ensureWorker(pod Object) {
 	uid := nestedString(pod, "metadata", "uid")
 	k.mu.Lock()

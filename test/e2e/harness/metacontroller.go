@@ -967,7 +967,7 @@ func describeRecord(r SyncRecord) string {
 }
 
 // relatedKinds maps the resources a customize hook may name to their kind.
-var relatedKinds = map[string]string{"secrets": "Secret", "etcdclusters": "EtcdCluster", "etcdbackups": "EtcdBackup"}
+var relatedKinds = map[string]string{"secrets": "Secret", "persistentvolumeclaims": "PersistentVolumeClaim", "etcdclusters": "EtcdCluster", "etcdbackups": "EtcdBackup"}
 
 func (mc *Metacontroller) isRelatedType(typ string) bool {
 	mc.mu.Lock()
