@@ -255,16 +255,19 @@ func (e *Env) close() {
 func (e *Env) dump() {
 	t := e.T
 	var b strings.Builder
-	if e.MC != nil {
-		recs := e.MC.Records("", "")
+	for _, mc := range []*Metacontroller{e.MC, e.BackupMC} {
+		if mc == nil {
+			continue
+		}
+		recs := mc.Records("", "")
 		if len(recs) > 40 {
 			recs = recs[len(recs)-40:]
 		}
-		b.WriteString("=== last hook exchanges\n")
+		fmt.Fprintf(&b, "=== last hook exchanges of %s\n", mc.cfg.Name)
 		for _, r := range recs {
 			b.WriteString(describeRecord(r) + "\n")
 		}
-		fmt.Fprintf(&b, "=== metrics: %+v\n", e.MC.Metrics("", ""))
+		fmt.Fprintf(&b, "=== metrics of %s: %+v\n", mc.cfg.Name, mc.Metrics("", ""))
 	}
 	if e.Kubelet != nil {
 		ev := e.Kubelet.Events()
