@@ -110,7 +110,7 @@ func DecodeBackup(body []byte) (*backup.Observed, error) {
 		return nil, badRequest(400, "request body is not a Metacontroller hook request: %v", err)
 	}
 	p := req.Parent
-	if err := checkParent(p, v1beta2.KindBackup); err != nil {
+	if err := checkBackupParent(p); err != nil {
 		return nil, err
 	}
 	b := &v1beta2.EtcdBackup{
@@ -140,18 +140,12 @@ func DecodeBackup(body []byte) (*backup.Observed, error) {
 	return o, nil
 }
 
-// checkParent refuses a request without a parent of the expected kind.
-func checkParent(p *backupParent, kind string) error {
+// checkBackupParent refuses a request without an EtcdBackup parent.
+func checkBackupParent(p *backupParent) error {
 	if p == nil {
 		return badRequest(422, "request has no parent")
 	}
-	if p.APIVersion != v1beta2.APIVersion || p.Kind != kind {
-		return badRequest(422, "parent is %s %q, this route serves %s %q", p.APIVersion, p.Kind, v1beta2.APIVersion, kind)
-	}
-	if p.Metadata.Name == "" || p.Metadata.Namespace == "" {
-		return badRequest(422, "parent has no metadata.name or metadata.namespace")
-	}
-	return nil
+	return checkParent(p.APIVersion, p.Kind, p.Metadata, v1beta2.KindBackup)
 }
 
 // BackupCustomizeHandler serves the EtcdBackup customize hook: the objects
@@ -171,7 +165,7 @@ func BackupCustomizeHandler() http.Handler {
 			WriteError(w, http.StatusBadRequest, "request body is not a Metacontroller customize request: "+err.Error())
 			return
 		}
-		if err := checkParent(req.Parent, v1beta2.KindBackup); err != nil {
+		if err := checkBackupParent(req.Parent); err != nil {
 			writeDecodeError(w, err)
 			return
 		}

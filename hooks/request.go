@@ -71,11 +71,8 @@ func decode(body []byte, parentDecoded func(*sync.Observed)) (*sync.Observed, er
 	if p == nil {
 		return nil, badRequest(422, "request has no parent")
 	}
-	if p.APIVersion != v1beta2.APIVersion || p.Kind != v1beta2.Kind {
-		return nil, badRequest(422, "parent is %s %q, this hook serves %s %q", p.APIVersion, p.Kind, v1beta2.APIVersion, v1beta2.Kind)
-	}
-	if p.Metadata.Name == "" || p.Metadata.Namespace == "" {
-		return nil, badRequest(422, "parent has no metadata.name or metadata.namespace")
+	if err := checkParent(p.APIVersion, p.Kind, p.Metadata, v1beta2.Kind); err != nil {
+		return nil, err
 	}
 	cluster := &v1beta2.EtcdCluster{
 		TypeMeta:   metav1.TypeMeta{APIVersion: p.APIVersion, Kind: p.Kind},
@@ -106,6 +103,18 @@ func decode(body []byte, parentDecoded func(*sync.Observed)) (*sync.Observed, er
 		return nil, err
 	}
 	return o, nil
+}
+
+// checkParent refuses a parent of another kind than the route serves, or
+// without a name and namespace.
+func checkParent(apiVersion, kind string, md metav1.ObjectMeta, want string) error {
+	if apiVersion != v1beta2.APIVersion || kind != want {
+		return badRequest(422, "parent is %s %q, this route serves %s %q", apiVersion, kind, v1beta2.APIVersion, want)
+	}
+	if md.Name == "" || md.Namespace == "" {
+		return badRequest(422, "parent has no metadata.name or metadata.namespace")
+	}
+	return nil
 }
 
 // decodeSpec reports a spec that does not decode as the API server would
