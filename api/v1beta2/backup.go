@@ -51,7 +51,7 @@ const (
 
 // BackupSpec says what to back up, where to, and how often.
 //
-// +kubebuilder:validation:XValidation:rule="(has(self.etcdEndpoints) && size(self.etcdEndpoints) > 0) != (has(self.clusterName) && self.clusterName != ”)",message="name the cluster by etcdEndpoints or by clusterName, exactly one of them"
+// +kubebuilder:validation:XValidation:rule="(has(self.etcdEndpoints) && size(self.etcdEndpoints) > 0) != (has(self.clusterName) && size(self.clusterName) > 0)",message="name the cluster by etcdEndpoints or by clusterName, exactly one of them"
 type BackupSpec struct {
 	// EtcdEndpoints are client URLs of the cluster's members (CoreOS). One
 	// is enough: the agent finds the others through etcd's member list.
