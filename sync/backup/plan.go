@@ -131,7 +131,7 @@ const (
 func (p *planner) followRuns() runState {
 	current := p.currentRun()
 	if current == nil {
-		return idle
+		return p.missingRun()
 	}
 	last := p.status.LastRun
 	if last == nil || last.Name != current.Name {
@@ -157,6 +157,31 @@ func (p *planner) followRuns() runState {
 	}
 	p.children = append(p.children, sync.KeepPod(current))
 	p.progressing = cond{metav1.ConditionTrue, ReasonRunning, "backup " + current.Name + " is running"}
+	p.resync = resyncRunning
+	return running
+}
+
+// missingRun handles a run the status says was started but no Pod shows:
+// not created yet where the request was read from (an informer cache
+// behind), or deleted before it ended. Its Pod is asked for again under
+// the same name, which changes nothing if it exists, until the run is
+// overdue and counted as failed.
+func (p *planner) missingRun() runState {
+	last := p.status.LastRun
+	if last == nil || last.End != nil {
+		return idle
+	}
+	if p.o.Now.Sub(last.Start.Time) > p.timeout()+startGrace {
+		p.record(last, agent.Result{Reason: fmt.Sprintf("the backup Pod %s is gone and reported no result", last.Name)})
+		return ended
+	}
+	endpoints, reason, _ := p.endpoints()
+	if reason != "" || len(p.o.SpecErrors) > 0 {
+		p.record(last, agent.Result{Reason: fmt.Sprintf("the backup Pod %s is gone and reported no result", last.Name)})
+		return ended
+	}
+	p.children = append(p.children, sync.Child{Kind: sync.KindPod, Name: last.Name, Object: p.runPod(last.Name, endpoints)})
+	p.progressing = cond{metav1.ConditionTrue, ReasonRunning, "backup " + last.Name + " is running"}
 	p.resync = resyncRunning
 	return running
 }

@@ -223,6 +223,21 @@ func TestPlan(t *testing.T) {
 		}),
 		want: outcomeSummary{Pods: []string{"nightly-8"}, Progressing: "True/BackupRunning", LastRun: "nightly-8", Resync: resyncRunning},
 	}, {
+		name:   "started run not seen",
+		reason: "the status says nightly-2 started but no Pod shows (a cache behind, or deleted): it is asked for again, under the same name",
+		in: with(observe(newBackup(0), t0.Add(time.Minute)), func(o *Observed) {
+			o.Backup.Status.LastRun = &v1beta2.BackupRun{Name: "nightly-2", Generation: 1, Start: metav1.NewTime(t0)}
+		}),
+		want: outcomeSummary{Pods: []string{"nightly-2"}, NewPod: "nightly-2", Progressing: "True/BackupRunning", LastRun: "nightly-2", Resync: resyncRunning},
+	}, {
+		name:   "started run gone for good",
+		reason: "past its timeout it counts as failed, and a one-shot is retried",
+		in: with(observe(newBackup(0), t0.Add(DefaultTimeout+startGrace+time.Second)), func(o *Observed) {
+			o.Backup.Status.LastRun = &v1beta2.BackupRun{Name: "nightly-2", Generation: 1, Start: metav1.NewTime(t0)}
+		}),
+		want: outcomeSummary{Progressing: "False/Scheduled", Degraded: ReasonBackupFailed,
+			Reason: "the backup Pod nightly-2 is gone and reported no result", LastRun: "nightly-2 ended", Failures: 1, Resync: 10 * time.Second},
+	}, {
 		name:   "stale runs",
 		reason: "only the newest run Pod is kept: at most one runs",
 		in: with(observe(newBackup(60), t0.Add(time.Minute), runPodAt("nightly-2", t0, corev1.PodRunning, nil), runPodAt("nightly-3", t0, corev1.PodRunning, nil)), func(o *Observed) {
