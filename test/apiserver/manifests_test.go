@@ -71,6 +71,7 @@ func TestManifests(t *testing.T) {
 		{"Examples", testExamples},
 		{"NoDrift", testNoDrift},
 		{"Rejected", testRejected},
+		{"BackupRejected", testBackupRejected},
 		{"Accepted", testAccepted},
 		{"UnknownFields", testUnknownFields},
 		{"PrinterColumns", testPrinterColumns},
@@ -680,4 +681,26 @@ func jsonString(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// testBackupRejected: an EtcdBackup that names its cluster twice, or not at
+// all, or a storage type nobody serves, is refused at admission.
+func testBackupRejected(t *testing.T, k *kube) {
+	const s3 = "s3: {path: bucket/etcd.backup, awsSecret: aws}"
+	for _, c := range []struct {
+		name, spec, want string
+	}{
+		{"endpoints-and-cluster", `{etcdEndpoints: ["http://a:2379"], clusterName: a, storageType: S3, ` + s3 + `}`, "name the cluster by etcdEndpoints or by clusterName, exactly one of them"},
+		{"no-cluster", `{storageType: S3, ` + s3 + `}`, "name the cluster by etcdEndpoints or by clusterName, exactly one of them"},
+		{"storage-type", `{clusterName: a, storageType: FTP}`, `spec.storageType: Unsupported value: "FTP"`},
+		{"negative-interval", `{clusterName: a, storageType: S3, backupPolicy: {backupIntervalInSecond: -1}, ` + s3 + `}`, "spec.backupPolicy.backupIntervalInSecond in body should be greater than or equal to 0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			doc := fmt.Sprintf("apiVersion: %s\nkind: %s\nmetadata: {name: %q}\nspec: %s\n", v1beta2.APIVersion, v1beta2.KindBackup, c.name, c.spec)
+			r := k.kubectl(t, doc, "apply", "-n", nsRejected, "-f", "-")
+			if r.code == 0 || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("kubectl apply: want a refusal naming %q, got:\n%s\n(document:\n%s)", c.want, r, doc)
+			}
+		})
+	}
 }
