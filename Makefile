@@ -82,7 +82,7 @@ test: ## what CI runs: lint, verify-manifests, etcd-bins, unit, apiserver, e2e, 
 unit: $(CONTROLLER_GEN) $(VERSITYGW) ## unit tests: go test of every package but test/e2e
 	$(GO) test -count=1 $(UNIT_PKGS)
 
-e2e: build etcd-bins etcd-bin-3.4 e2e-deps ## end-to-end tests (test/e2e)
+e2e: build etcd-bins etcd-bin-3.4 e2e-deps $(VERSITYGW) ## end-to-end tests (test/e2e)
 	$(GO) test ./test/e2e/... -count=1 -timeout 30m -v
 
 # The harness partitions a member with nftables (this kernel has no netem):
