@@ -110,7 +110,7 @@ func (f *fixture) download(t *testing.T, key string) (string, map[string]string)
 	if err := out.Close(); err != nil {
 		t.Fatal(err)
 	}
-	meta, tagged, err := f.store.Describe(context.Background(), key)
+	meta, tagged, err := describe(context.Background(), f.store, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,4 +336,22 @@ func TestPutAbortsOnCorruptSnapshot(t *testing.T) {
 		t.Errorf("the stored object (%d bytes) is not the stream (%d bytes)", len(data), len(stream))
 	}
 	f.checkNoUploads(t)
+}
+
+// describe reads what is stored with key: its user metadata (lower-case
+// names) and its tags.
+func describe(ctx context.Context, s *S3Store, key string) (meta, tagged map[string]string, err error) {
+	info, err := s.core.Client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	meta = map[string]string{}
+	for k, v := range info.UserMetadata {
+		meta[strings.ToLower(k)] = v
+	}
+	t, err := s.core.Client.GetObjectTagging(ctx, s.bucket, key, minio.GetObjectTaggingOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return meta, t.ToMap(), nil
 }

@@ -201,24 +201,6 @@ func (s *S3Store) Tag(ctx context.Context, key string, kv map[string]string) err
 	return nil
 }
 
-// Describe reads what is stored with key: its user metadata (lower-case
-// names) and its tags.
-func (s *S3Store) Describe(ctx context.Context, key string) (meta, tagged map[string]string, err error) {
-	info, err := s.core.Client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
-	if err != nil {
-		return nil, nil, s.describe("read "+key, err)
-	}
-	meta = map[string]string{}
-	for k, v := range info.UserMetadata {
-		meta[strings.ToLower(k)] = v
-	}
-	t, err := s.core.Client.GetObjectTagging(ctx, s.bucket, key, minio.GetObjectTaggingOptions{})
-	if err != nil {
-		return nil, nil, s.describe("read the tags of "+key, err)
-	}
-	return meta, t.ToMap(), nil
-}
-
 // List returns the objects whose keys start with prefix.
 func (s *S3Store) List(ctx context.Context, prefix string) ([]StoredObject, error) {
 	var out []StoredObject

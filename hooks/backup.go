@@ -2,7 +2,6 @@ package hooks
 
 import (
 	"encoding/json"
-	"math"
 	"net/http"
 	"time"
 
@@ -55,13 +54,6 @@ type backupRequest struct {
 	Finalizing bool                                  `json:"finalizing"`
 }
 
-type backupResponse struct {
-	Status             *v1beta2.BackupStatus `json:"status"`
-	Children           []any                 `json:"children"`
-	ResyncAfterSeconds float64               `json:"resyncAfterSeconds,omitempty"`
-	Finalized          *bool                 `json:"finalized,omitempty"`
-}
-
 func (h backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r)
 	if !ok {
@@ -79,22 +71,7 @@ func (h backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.Now = h.cfg.Now()
 	}
 	d := backup.Plan(o)
-	resp := backupResponse{Status: &d.Status, Children: make([]any, 0, len(d.Children))}
-	if d.ResyncAfter > 0 {
-		resp.ResyncAfterSeconds = math.Round(d.ResyncAfter.Seconds()*1000) / 1000
-	}
-	if h.finalize {
-		resp.Finalized = &d.Finalized
-	}
-	for _, c := range d.Children {
-		wire, err := wireObject(c)
-		if err != nil {
-			WriteError(w, http.StatusInternalServerError, err.Error())
-			return
-		}
-		resp.Children = append(resp.Children, wire)
-	}
-	out, err := json.Marshal(resp)
+	out, err := encodeAnswer(&d.Status, d.Children, d.ResyncAfter, h.finalize, d.Finalized)
 	if err != nil {
 		WriteError(w, http.StatusInternalServerError, err.Error())
 		return

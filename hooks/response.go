@@ -4,18 +4,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/sync"
 )
 
-// response is the answer to a sync or finalize request.
+// response is the answer to a sync or finalize request, of either kind.
 type response struct {
-	Status *v1beta2.ClusterStatus `json:"status"`
+	Status any `json:"status"`
 	// Children is always present: a missing or null list would make
 	// Metacontroller delete every child.
 	Children           []any   `json:"children"`
@@ -36,14 +36,19 @@ type object struct {
 // Encode renders a decision. finalize selects the finalize hook's answer,
 // which carries the finalized field.
 func Encode(d sync.Decision, finalize bool) ([]byte, error) {
-	resp := response{Status: &d.Status, Children: make([]any, 0, len(d.Children))}
-	if d.ResyncAfter > 0 {
-		resp.ResyncAfterSeconds = math.Round(d.ResyncAfter.Seconds()*1000) / 1000
+	return encodeAnswer(&d.Status, d.Children, d.ResyncAfter, finalize, d.Finalized)
+}
+
+// encodeAnswer renders the answer of any parent kind's planner.
+func encodeAnswer(status any, children []sync.Child, resync time.Duration, finalize, finalized bool) ([]byte, error) {
+	resp := response{Status: status, Children: make([]any, 0, len(children))}
+	if resync > 0 {
+		resp.ResyncAfterSeconds = math.Round(resync.Seconds()*1000) / 1000
 	}
 	if finalize {
-		resp.Finalized = &d.Finalized
+		resp.Finalized = &finalized
 	}
-	for _, c := range d.Children {
+	for _, c := range children {
 		wire, err := wireObject(c)
 		if err != nil {
 			return nil, err

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -158,7 +160,8 @@ func TestBackups(t *testing.T) {
 
 	// Periodic every 20 s keeping 2, and the faults beside it.
 	b.createBackup("periodic", b.s3Spec("periodic/etcd.backup", "aws"), map[string]any{"backupIntervalInSecond": 20, "maxBackups": 2})
-	b.createBackup("wrong-credentials", b.s3Spec("wrong/etcd.backup", "aws-wrong"), nil)
+	// Over the one-shot's object: a failed run must leave it as it was.
+	b.createBackup("wrong-credentials", b.s3Spec("oneshot/etcd.backup", "aws-wrong"), nil)
 	unreachable := b.s3Spec("unreachable/etcd.backup", "aws")
 	unreachable["endpoint"] = "http://127.0.0.1:1"
 	b.createBackup("unreachable-store", unreachable, nil)
@@ -177,6 +180,9 @@ func TestBackups(t *testing.T) {
 		if got := b.keys(strings.Split(name, "-")[0]); len(got) > 0 {
 			t.Errorf("%s: objects stored: %v", name, got)
 		}
+	}
+	if sum := b.objectSHA256("oneshot/etcd.backup"); sum != st.LastBackup.SHA256 {
+		t.Errorf("the one-shot backup changed under a failed run over it: sha256 %s, was %s", sum, st.LastBackup.SHA256)
 	}
 
 	// Five periods, counting the successful runs the status reports.
@@ -206,7 +212,7 @@ func TestBackups(t *testing.T) {
 	ReportFailure(t, Failure{
 		Fault:    "backups beside a writer: one-shot to S3 and to a volume, periodic (20 s, keep 2) and three failing EtcdBackups (wrong credentials, unreachable store, missing Secret)",
 		Expected: "the one-shot restores to every write acknowledged at or before its revision; the periodic keeps the 2 newest; each fault fails with a reason naming it, stores nothing, and the cluster is untouched",
-		Observed: fmt.Sprintf("one-shot stored in %s at revision %d (%d bytes), restored with etcdutl: every write acknowledged up to it present; periodic: %d runs in %s, %d objects kept; faults: reasons name the credentials, the unreachable store, the missing Secret; members and Pods unchanged",
+		Observed: fmt.Sprintf("one-shot stored in %s at revision %d (%d bytes), restored with etcdutl: every write acknowledged up to it present; periodic: %d runs in %s, %d objects kept; faults: reasons name the credentials, the unreachable store, the missing Secret; the one-shot object, under the failed run with wrong credentials, unchanged; members and Pods unchanged",
 			round(took), st.EtcdRevision, st.LastBackup.Size, len(runs), round(time.Since(periodicStart)), len(kept)),
 		Acked: acked, Lost: lost, Undisturbed: true,
 	})
@@ -306,4 +312,19 @@ func (b *backupScenario) checkVolumeBackup() {
 		t.Fatalf("etcdutl snapshot status %s: %v\n%s", file, err, msg)
 	}
 	t.Logf("volume backup: %s, %d bytes at revision %d", st.LastBackup.Location, st.LastBackup.Size, st.EtcdRevision)
+}
+
+// objectSHA256 is the hex sha256 of a stored object.
+func (b *backupScenario) objectSHA256(key string) string {
+	b.t.Helper()
+	obj, err := b.client.GetObject(context.Background(), backupBucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer obj.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, obj); err != nil {
+		b.t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

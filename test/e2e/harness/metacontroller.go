@@ -501,7 +501,7 @@ func (mc *Metacontroller) syncParent(ctx context.Context, w *parentWorker) error
 	related := map[string]map[string]Object{}
 	if mc.cfg.CustomizeURL != "" {
 		var err error
-		if related, err = mc.related(ctx, key, parent); err != nil {
+		if related, err = mc.related(ctx, parent); err != nil {
 			mc.count(key, func(m *Metrics) { m.HookErrors++ })
 			return err
 		}
@@ -978,7 +978,7 @@ func (mc *Metacontroller) isRelatedType(typ string) bool {
 // related asks the customize hook what to relate and collects it, as
 // Metacontroller does with hook version v1: objects of the parent's own
 // namespace, keyed by type and then by name.
-func (mc *Metacontroller) related(ctx context.Context, key string, parent Object) (map[string]map[string]Object, error) {
+func (mc *Metacontroller) related(ctx context.Context, parent Object) (map[string]map[string]Object, error) {
 	body := mustJSON(map[string]any{"controller": mc.ctrl, "parent": parent})
 	ctx, cancel := context.WithTimeout(ctx, mc.cfg.Timeout)
 	defer cancel()
