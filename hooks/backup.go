@@ -19,6 +19,8 @@ const (
 	RelatedSecrets  = "Secret.v1"
 	RelatedClaims   = "PersistentVolumeClaim.v1"
 	RelatedClusters = v1beta2.Kind + "." + v1beta2.APIVersion
+	RelatedRestores = v1beta2.KindRestore + "." + v1beta2.APIVersion
+	RelatedBackups  = v1beta2.KindBackup + "." + v1beta2.APIVersion
 )
 
 // BackupConfig is what the EtcdBackup hooks need beyond the request.
@@ -130,30 +132,19 @@ func checkBackupParent(p *backupParent) error {
 // EtcdCluster, which then arrive in every sync request's related map. The
 // hook so reads them without Kubernetes credentials of its own.
 func BackupCustomizeHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, ok := readBody(w, r)
-		if !ok {
-			return
-		}
+	return customizeHandler(func(body []byte) (any, error) {
 		var req struct {
 			Parent *backupParent `json:"parent"`
 		}
 		if err := json.Unmarshal(body, &req); err != nil {
-			WriteError(w, http.StatusBadRequest, "request body is not a Metacontroller customize request: "+err.Error())
-			return
+			return nil, badRequest(400, "request body is not a Metacontroller customize request: %v", err)
 		}
 		if err := checkBackupParent(req.Parent); err != nil {
-			writeDecodeError(w, err)
-			return
+			return nil, err
 		}
 		// A spec that does not decode relates nothing; the sync hook says why.
 		var spec v1beta2.BackupSpec
 		_ = json.Unmarshal(req.Parent.Spec, &spec)
-		out, err := json.Marshal(map[string]any{"relatedResources": backup.Related(req.Parent.Metadata.Namespace, spec)})
-		if err != nil {
-			WriteError(w, http.StatusInternalServerError, err.Error())
-			return
-		}
-		writeJSON(w, out)
+		return backup.Related(req.Parent.Metadata.Namespace, spec), nil
 	})
 }

@@ -29,7 +29,7 @@ type request struct {
 	Controller json.RawMessage                       `json:"controller"`
 	Parent     *parent                               `json:"parent"`
 	Children   map[string]map[string]json.RawMessage `json:"children"`
-	Related    json.RawMessage                       `json:"related"`
+	Related    map[string]map[string]json.RawMessage `json:"related"`
 	Finalizing bool                                  `json:"finalizing"`
 }
 
@@ -102,7 +102,37 @@ func decode(body []byte, parentDecoded func(*sync.Observed)) (*sync.Observed, er
 	if o.PDBs, err = decodeChildren[policyv1.PodDisruptionBudget](req.Children, ChildPDBs); err != nil {
 		return nil, err
 	}
+	decodeClusterRelated(o, req.Related)
 	return o, nil
+}
+
+// decodeClusterRelated reads what the cluster's customize hook relates: the
+// EtcdRestore named after the cluster and the namespace's EtcdBackups. They
+// are the user's objects, not Metacontroller's: one that does not decode is
+// reported (an EtcdRestore) or passed over (an EtcdBackup), and never fails
+// the sync of a running cluster.
+func decodeClusterRelated(o *sync.Observed, related map[string]map[string]json.RawMessage) {
+	if raw, ok := related[RelatedRestores][o.Cluster.Name]; ok {
+		var r v1beta2.EtcdRestore
+		if err := json.Unmarshal(raw, &r); err != nil {
+			var meta struct {
+				Metadata metav1.ObjectMeta `json:"metadata"`
+			}
+			_ = json.Unmarshal(raw, &meta)
+			r = v1beta2.EtcdRestore{ObjectMeta: meta.Metadata}
+			o.RestoreRequestError = "the EtcdRestore does not decode: " + err.Error()
+		}
+		o.RestoreRequest = &r
+	}
+	for name, raw := range related[RelatedBackups] {
+		var b v1beta2.EtcdBackup
+		if json.Unmarshal(raw, &b) == nil {
+			if o.Backups == nil {
+				o.Backups = map[string]*v1beta2.EtcdBackup{}
+			}
+			o.Backups[name] = &b
+		}
+	}
 }
 
 // checkParent refuses a parent of another kind than the route serves, or

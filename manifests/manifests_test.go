@@ -351,6 +351,10 @@ func TestExamples(t *testing.T) {
 			checkBackupExample(t, p, d)
 			continue
 		}
+		if d.str("kind") == v1beta2.KindRestore {
+			checkRestoreExample(t, p, d)
+			continue
+		}
 		if got := d.str("kind"); got != v1beta2.Kind {
 			t.Errorf("%s: kind %q, want %q", p, got, v1beta2.Kind)
 		}
@@ -693,5 +697,24 @@ func checkBackupExample(t *testing.T, p string, d document) {
 		if !slices.Contains([]string{"etcdEndpoints", "storageType", "backupPolicy", "s3"}, k) {
 			t.Errorf("%s: spec.%s is not a field of the CoreOS example", p, k)
 		}
+	}
+}
+
+// checkRestoreExample: the CoreOS restore_cr.yaml decodes, and, with its
+// placeholders filled in, is a valid request named after its cluster.
+func checkRestoreExample(t *testing.T, p string, d document) {
+	t.Helper()
+	var r v1beta2.EtcdRestore
+	if err := decodeStrict(d, &r); err != nil {
+		t.Errorf("%s: %v", p, err)
+		return
+	}
+	if r.Spec.S3 == nil {
+		t.Errorf("%s: no spec.s3", p)
+		return
+	}
+	r.Spec.S3.Path, r.Spec.S3.AWSSecret = "mybucket/etcd.backup", "aws"
+	if errs := r.Validate(); len(errs) > 0 {
+		t.Errorf("%s: %v", p, errs.ToAggregate())
 	}
 }

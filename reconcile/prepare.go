@@ -54,11 +54,13 @@ func (e *earlyRead) covers(endpoints []string) bool { return slices.Equal(e.endp
 
 // runningEndpoints are the client URLs of the member Pods that run, sorted:
 // a Pod that does not run cannot answer, and asking it would only spend
-// the sync's time budget.
+// the sync's time budget. Pods of another etcd cluster than the one being
+// reconciled (a restore's, see sync/restore.go) are never asked.
 func runningEndpoints(o *sync.Observed) []string {
 	var endpoints []string
+	excluded := sync.ExcludedFromMembership(o)
 	for name, pod := range o.Pods {
-		if pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil {
+		if pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil && !excluded[name] {
 			endpoints = append(endpoints, clientURL(o.Cluster, name))
 		}
 	}

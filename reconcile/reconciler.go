@@ -31,6 +31,9 @@ type Reconciler struct {
 	Logger   *slog.Logger
 	Now      func() time.Time
 	Random   io.Reader
+	// AgentImage is this project's image, which a restored cluster's seed
+	// runs to fetch its snapshot.
+	AgentImage string
 }
 
 // Sync observes, plans, acts at most once, and plans the answer.
@@ -44,6 +47,7 @@ func (r *Reconciler) Sync(ctx context.Context, o *sync.Observed) (sync.Decision,
 	c := o.Cluster
 	log := r.Logger.With("namespace", c.Namespace, "name", c.Name)
 	o.Now = r.now()
+	o.AgentImage = r.AgentImage
 	suffix, err := r.freshSuffix()
 	if err != nil {
 		return sync.Decision{}, err

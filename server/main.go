@@ -27,9 +27,12 @@ func main() {
 	if len(args) > 0 && args[0] == "backup" {
 		run, args = runBackup, args[1:]
 	}
+	if len(args) > 0 && args[0] == "restore" {
+		run, args = runRestore, args[1:]
+	}
 	if err := run(args); err != nil {
 		fmt.Fprintln(os.Stderr, "etcd-hook:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -53,7 +56,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to let requests in flight finish on SIGTERM")
 	fs.IntVar(&cfg.maxEtcdConns, "max-idle-etcd-conns", etcdclient.DefaultMaxIdleConns, "etcd connections kept open between syncs, across all clusters")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
-	fs.StringVar(&cfg.agentImage, "agent-image", DefaultAgentImage, "this project's image, which the backup runs start in backup mode; keep it equal to the hook's own image")
+	fs.StringVar(&cfg.agentImage, "agent-image", DefaultAgentImage, "this project's image, which backup runs and the seed of a restored cluster start; keep it equal to the hook's own image")
 	return cfg, fs.Parse(args)
 }
 
@@ -68,7 +71,7 @@ func run(args []string) error {
 	metrics := newMetrics(registry)
 	pool := etcdclient.NewPool(cfg.maxEtcdConns)
 	defer pool.Close()
-	reconciler := &reconcile.Reconciler{Dialer: pool, Recorder: metrics, Logger: logger}
+	reconciler := &reconcile.Reconciler{Dialer: pool, Recorder: metrics, Logger: logger, AgentImage: cfg.agentImage}
 
 	ready := &readiness{}
 	srv := &http.Server{

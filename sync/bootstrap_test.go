@@ -302,7 +302,7 @@ func TestAllMembersLostStatus(t *testing.T) {
 	o := apply(observed(newCluster(3, "3.6.16")), withRecord(&v1beta2.BootstrapStatus{SeedMember: firstSeed, Bootstrapped: true, ClusterID: "8e9e05c52164694d"}), servicesLeft)
 	d := Plan(o)
 	want := "every member of etcd cluster 8e9e05c52164694d (seeded by " + firstSeed + ") is lost and their data was on emptyDir volumes, " +
-		"so its data is gone. No new, empty cluster is started under this name. Restore it from a backup, or, to start an empty cluster on purpose: " +
+		"so its data is gone. No new, empty cluster is started under this name. Restore it from a backup (no backup of it is known: no EtcdBackup names it in spec.clusterName), or, to start an empty cluster on purpose: " +
 		"kubectl annotate etcdcluster -n prod demo etcd.database.coreos.com/recreate-empty=" + firstSeed
 	for _, c := range []v1beta2.ConditionType{v1beta2.ConditionAvailable, v1beta2.ConditionDegraded} {
 		if got := conditionOf(d.Status, c).Message; got != want {

@@ -113,7 +113,7 @@ func (p *planner) memberChildren(views []memberView) []Child {
 			if v.claim != nil {
 				children = append(children, keep(KindPVC, v.name, v.claim.Annotations, func() any { return v.claim }))
 			} else if !v.Started() {
-				children = append(children, Child{Kind: KindPVC, Name: v.name, Object: memberClaim(c, p.spec, v.name)})
+				children = append(children, Child{Kind: KindPVC, Name: v.name, Object: memberClaim(c, p.spec, v.name, p.seed())})
 			}
 		}
 	}

@@ -34,6 +34,17 @@ type Observed struct {
 	// member off a removed member's data and DNS history.
 	FreshSuffix string
 
+	// RestoreRequest is the EtcdRestore named after the cluster, if one
+	// exists, and Backups the EtcdBackups of the namespace, by name: the
+	// related objects the customize hook asks for (see restore.go).
+	RestoreRequest *v1beta2.EtcdRestore
+	// RestoreRequestError says why the EtcdRestore did not decode.
+	RestoreRequestError string
+	Backups             map[string]*v1beta2.EtcdBackup
+	// AgentImage is this project's image, which fetches and checks the
+	// snapshot in a restored cluster's seed.
+	AgentImage string
+
 	// Acted is set when this sync already made its membership change (or
 	// tried to); the plan then proposes none and reports the outcome.
 	Acted *Outcome

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
@@ -44,12 +45,25 @@ type planner struct {
 	spec v1beta2.ClusterSpec
 	// rec is the bootstrap record this sync writes; see bootstrap.go.
 	rec *v1beta2.BootstrapStatus
+	// restoreStatus and newest are written to status.restore and
+	// status.newestBackup; see restore.go.
+	restoreStatus *v1beta2.ClusterRestoreStatus
+	newest        *v1beta2.KnownBackup
+	// holdEmptySeed keeps a cluster that waits for its data from being
+	// seeded empty meanwhile.
+	holdEmptySeed bool
 }
 
 // Plan decides one sync. See the package documentation for the protocol.
-func Plan(o *Observed) Decision {
-	p := &planner{o: o, spec: o.Cluster.Spec.WithDefaults()}
+func Plan(observed *Observed) Decision {
+	// The planner may take children out of its view (see restore.go); the
+	// caller's observation stays as it was, since it may plan again on it.
+	o := *observed
+	o.Pods, o.PVCs = maps.Clone(o.Pods), maps.Clone(o.PVCs)
+	p := &planner{o: &o, spec: o.Cluster.Spec.WithDefaults()}
 	p.rec = p.bootstrapRecord()
+	p.restoreStatus = o.Cluster.Status.Restore
+	p.newest = p.newestBackup()
 	switch {
 	case o.Finalizing:
 		return p.finalize()
@@ -57,11 +71,14 @@ func Plan(o *Observed) Decision {
 		return p.frozen(ReasonInvalidSpec, "the spec is invalid, so the cluster is left as it is: "+o.SpecErrors.ToAggregate().Error())
 	case p.spec.Paused:
 		return p.frozen(ReasonPaused, "spec.paused is true: children and membership are left as they are")
-	case o.Membership == nil:
-		return p.withoutMembership()
-	default:
-		return p.withMembership()
 	}
+	if p.rec != nil && p.rec.Restore != nil {
+		p.dropSuperseded()
+	}
+	if req := p.restoreRequested(); req != nil {
+		return p.planRestore(req)
+	}
+	return p.planCurrent()
 }
 
 // finalize lets Metacontroller delete every child. Membership is not

@@ -42,10 +42,20 @@ type memberPodInput struct {
 
 // memberPod renders a member's Pod for the cluster this sync runs.
 func (p *planner) memberPod(name, initialCluster, state string) *corev1.Pod {
-	return renderMemberPod(memberPodInput{
+	in := memberPodInput{
 		cluster: p.o.Cluster, spec: p.spec, name: name, initialCluster: initialCluster, state: state,
 		seed: p.seed(), token: p.clusterToken(),
-	})
+	}
+	pod := renderMemberPod(in)
+	// The seed of a restored cluster restores again whenever it is
+	// rendered anew: its steps change nothing on a data dir with a member,
+	// and a seed that never ran must not start empty.
+	if rec := p.rec; rec != nil && rec.Restore != nil && name == rec.SeedMember {
+		in.initialCluster, in.state = name+"="+PeerURL(name, in.cluster.Name, in.cluster.Namespace, p.spec.Pod.ClusterDomainSuffix()), "new"
+		pod = renderMemberPod(in)
+		p.addRestoreSteps(pod, in, rec.Restore.Source, rec.Restore.Request)
+	}
+	return pod
 }
 
 func memberLabels(cluster, member string, policy *v1beta2.PodPolicy) map[string]string {

@@ -73,13 +73,16 @@ func disruptionBudget(c *v1beta2.EtcdCluster, spec v1beta2.ClusterSpec) *policyv
 
 // memberClaim is a member's data volume. It is named after the member, so
 // it outlives the member's Pod and is found again when the Pod returns.
-func memberClaim(c *v1beta2.EtcdCluster, spec v1beta2.ClusterSpec, member string) *corev1.PersistentVolumeClaim {
+func memberClaim(c *v1beta2.EtcdCluster, spec v1beta2.ClusterSpec, member, seed string) *corev1.PersistentVolumeClaim {
 	return &corev1.PersistentVolumeClaim{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      member,
 			Namespace: c.Namespace,
 			Labels:    memberLabels(c.Name, member, nil),
+			// Like a member Pod, a claim names its cluster's seed, so that
+			// the claims of a cluster a restore replaced are told apart.
+			Annotations: map[string]string{AnnotationSeedMember: seed},
 		},
 		Spec: *spec.Pod.PersistentVolumeClaimSpec,
 	}

@@ -78,6 +78,8 @@ var severity = map[string]int{
 	ReasonInvalidSpec:         1,
 	ReasonVersionSkew:         1,
 	ReasonAllMembersLost:      2,
+	ReasonRestoreFailed:       2,
+	ReasonRestoreRefused:      2,
 	ReasonChildrenNotObserved: 2,
 	ReasonQuorumLost:          3,
 	ReasonDeadMember:          4,
@@ -135,6 +137,16 @@ func (p *planner) status(r report) v1beta2.ClusterStatus {
 		CurrentVersion:     version,
 		TargetVersion:      p.spec.Version,
 		Bootstrap:          p.rec,
+		Restore:            p.restoreStatus,
+		NewestBackup:       p.newest,
+	}
+	if rs := p.restoreStatus; rs != nil && rs.Phase == v1beta2.RestoreRestoring && p.rec != nil && p.rec.Restore != nil &&
+		p.rec.Restore.Request == rs.Request && r.phase == v1beta2.PhaseRunning && len(r.ready) == p.spec.Size && r.size == p.spec.Size {
+		done := *rs
+		done.Phase = v1beta2.RestoreCompleted
+		st.Restore = &done
+	} else if rs != nil && rs.Phase == v1beta2.RestoreRestoring && r.progressing.status != metav1.ConditionTrue {
+		r.progressing = conditionTrue(ReasonRestoring, rs.Message)
 	}
 	for _, cc := range []struct {
 		t v1beta2.ConditionType

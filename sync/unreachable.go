@@ -24,12 +24,15 @@ func (p *planner) withoutMembership() Decision {
 	lost := p.survivors() == 0 && p.rec != nil && p.rec.Bootstrapped
 	recreate := lost && p.recreateRequested()
 	fresh := len(o.Pods) == 0 && len(o.PVCs) == 0 && !lost
+	// A cluster born from a backup never starts empty: while its restore
+	// is verified, refused or failed, it waits.
+	waitForData := fresh && (p.holdEmptySeed || (p.spec.Restore != nil && (p.rec == nil || p.rec.Restore == nil)))
 	lostSeed := ""
 	switch {
 	case recreate:
 		lostSeed = p.rec.SeedMember
 		p.rec = &v1beta2.BootstrapStatus{SeedMember: p.recreatedSeed(lostSeed), RecreatedFrom: lostSeed}
-	case fresh && p.rec == nil:
+	case fresh && p.rec == nil && !waitForData:
 		p.rec = &v1beta2.BootstrapStatus{SeedMember: p.seed()}
 	}
 
@@ -62,6 +65,9 @@ func (p *planner) withoutMembership() Decision {
 		p.nothingObserved(&r)
 	case lost:
 		p.allMembersLost(&r)
+	case waitForData:
+		r.phase, r.size, r.ready, r.unready = v1beta2.PhaseCreating, 0, nil, nil
+		r.progressing = conditionFalse(ReasonRestoring, "the cluster starts from a backup and waits for a usable one; no empty member is started")
 	case fresh:
 		children = p.seedChildren(children)
 		p.seeding(&r, "starting the seed member "+p.seed())
@@ -105,7 +111,7 @@ func (p *planner) seedChildren(children []Child) []Child {
 	children = append(children, Child{Kind: KindPod, Name: seed, Object: p.memberPod(seed,
 		seed+"="+PeerURL(seed, c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix()), "new")})
 	if p.spec.Persistent() {
-		children = append(children, Child{Kind: KindPVC, Name: seed, Object: memberClaim(c, p.spec, seed)})
+		children = append(children, Child{Kind: KindPVC, Name: seed, Object: memberClaim(c, p.spec, seed, seed)})
 	}
 	return children
 }
@@ -131,9 +137,15 @@ func (p *planner) allMembersLost(r *report) {
 	if p.spec.Persistent() {
 		where = "no member's PVC is left"
 	}
+	restore := "Restore it from a backup (no backup of it is known: no EtcdBackup names it in spec.clusterName)"
+	if b := p.newest; b != nil {
+		restore = fmt.Sprintf("The newest backup known is %s (EtcdBackup %s), at revision %d, taken %s (%s ago); restoring it loses the writes after it. "+
+			"Restore it with an EtcdRestore named %s whose spec.backup.name is %s (see the README's disaster-recovery runbook)",
+			b.Location, b.EtcdBackup, b.Revision, b.Time.UTC().Format("2006-01-02T15:04:05Z"), roughAge(p.o.Now.Sub(b.Time.Time)), c.Name, b.EtcdBackup)
+	}
 	msg := fmt.Sprintf("every member of %s is lost and %s, so its data is gone. No new, empty cluster is started under this name. "+
-		"Restore it from a backup, or, to start an empty cluster on purpose: kubectl annotate etcdcluster -n %s %s %s=%s",
-		cluster, where, c.Namespace, c.Name, v1beta2.AnnotationRecreateEmpty, rec.SeedMember)
+		"%s, or, to start an empty cluster on purpose: kubectl annotate etcdcluster -n %s %s %s=%s",
+		cluster, where, restore, c.Namespace, c.Name, v1beta2.AnnotationRecreateEmpty, rec.SeedMember)
 	if v, ok := c.Annotations[v1beta2.AnnotationRecreateEmpty]; ok {
 		msg += fmt.Sprintf(" (the annotation there now, %q, names another cluster and is ignored)", v)
 	}

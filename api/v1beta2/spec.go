@@ -52,6 +52,18 @@ type ClusterSpec struct {
 	// +optional
 	Pod *PodPolicy `json:"pod,omitempty"`
 
+	// Restore makes a new cluster start from a backup instead of empty: its
+	// seed member restores the snapshot before it first starts. It is read
+	// only while the cluster has never run; later, use an EtcdRestore. It
+	// may stay in the spec (in Git, say) for the cluster's whole life.
+	// +optional
+	Restore *RestoreSource `json:"restore,omitempty"`
+
+	// DisasterRecovery says which backup to offer, or to restore
+	// automatically, when every member is lost.
+	// +optional
+	DisasterRecovery *DisasterRecoveryPolicy `json:"disasterRecovery,omitempty"`
+
 	// TLS is accepted for compatibility with the CoreOS operator's manifests.
 	// It is not yet honoured, and status says so while it is set.
 	// +optional

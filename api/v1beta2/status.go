@@ -85,6 +85,27 @@ type ClusterStatus struct {
 	// unless the recreate-empty annotation names its seed member.
 	// +optional
 	Bootstrap *BootstrapStatus `json:"bootstrap,omitempty"`
+
+	// Restore is the newest restore request the hook took up and its
+	// outcome.
+	// +optional
+	Restore *ClusterRestoreStatus `json:"restore,omitempty"`
+
+	// NewestBackup is the newest backup known for this cluster: what a
+	// restore would bring back, and what it would cost.
+	// +optional
+	NewestBackup *KnownBackup `json:"newestBackup,omitempty"`
+}
+
+// KnownBackup is a backup an EtcdBackup reports for this cluster.
+type KnownBackup struct {
+	// EtcdBackup is the name of the EtcdBackup that took it.
+	EtcdBackup string `json:"etcdBackup"`
+	Location   string `json:"location"`
+	Revision   int64  `json:"revision"`
+	// +optional
+	EtcdVersion string      `json:"etcdVersion,omitempty"`
+	Time        metav1.Time `json:"time"`
 }
 
 // AnnotationRecreateEmpty, set on an EtcdCluster whose members are all
@@ -116,6 +137,10 @@ type BootstrapStatus struct {
 	// recreate-empty replaced with this one.
 	// +optional
 	RecreatedFrom string `json:"recreatedFrom,omitempty"`
+
+	// Restore is set when the seed member started from a snapshot.
+	// +optional
+	Restore *RestoreRecord `json:"restore,omitempty"`
 }
 
 // MembersStatus lists members by readiness of their Pods.

@@ -40,6 +40,12 @@ func (s *ClusterSpec) validate(path *field.Path) field.ErrorList {
 	if s.Version != "" && !semverPattern.MatchString(s.Version) {
 		errs = append(errs, field.Invalid(path.Child("version"), s.Version, `must be a semantic version such as "3.6.16"`))
 	}
+	if s.Restore != nil {
+		errs = append(errs, s.Restore.validate(path.Child("restore"))...)
+	}
+	if dr := s.DisasterRecovery; dr != nil && dr.Backup != "" {
+		errs = append(errs, validateObjectName(path.Child("disasterRecovery", "backup"), dr.Backup)...)
+	}
 	if s.Pod != nil {
 		for k := range s.Pod.Labels {
 			if k == "app" || strings.HasPrefix(k, "etcd_") {
@@ -83,34 +89,9 @@ func (b *EtcdBackup) Validate() field.ErrorList {
 	}
 	switch spec.StorageType {
 	case BackupStorageS3:
-		s3 := spec.S3
-		if s3 == nil {
-			errs = append(errs, field.Required(path.Child("s3"), "storageType S3 needs spec.s3"))
-			break
-		}
-		if bucket, key, ok := strings.Cut(s3.Path, "/"); !ok || bucket == "" || key == "" {
-			errs = append(errs, field.Invalid(path.Child("s3", "path"), s3.Path, `must be "<bucket>/<key>"`))
-		}
-		if s3.AWSSecret == "" {
-			errs = append(errs, field.Required(path.Child("s3", "awsSecret"), "the Secret with the AWS files credentials and config"))
-		}
-		if s3.Endpoint != "" {
-			if u, err := url.Parse(s3.Endpoint); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-				errs = append(errs, field.Invalid(path.Child("s3", "endpoint"), s3.Endpoint, "must be an http(s) URL"))
-			}
-		}
+		errs = append(errs, validateS3(path.Child("s3"), spec.S3, "storageType S3 needs spec.s3")...)
 	case BackupStoragePVC:
-		pvc := spec.PVC
-		if pvc == nil {
-			errs = append(errs, field.Required(path.Child("pvc"), "storageType PVC needs spec.pvc"))
-			break
-		}
-		for _, msg := range validation.IsDNS1123Subdomain(pvc.ClaimName) {
-			errs = append(errs, field.Invalid(path.Child("pvc", "claimName"), pvc.ClaimName, msg))
-		}
-		if p := pvc.Path; p != "" && (strings.HasPrefix(p, "/") || strings.Contains(p, "..") || strings.HasSuffix(p, "/")) {
-			errs = append(errs, field.Invalid(path.Child("pvc", "path"), p, "must be a file path relative to the claim's root, without \"..\""))
-		}
+		errs = append(errs, validatePVC(path.Child("pvc"), spec.PVC, "storageType PVC needs spec.pvc")...)
 	default:
 		errs = append(errs, field.NotSupported(path.Child("storageType"), spec.StorageType, []BackupStorageType{BackupStorageS3, BackupStoragePVC}))
 	}
@@ -118,4 +99,112 @@ func (b *EtcdBackup) Validate() field.ErrorList {
 		errs = append(errs, field.Invalid(path.Child("clientTLSSecret"), spec.ClientTLSSecret, "TLS clusters are not served yet"))
 	}
 	return errs
+}
+
+func validateS3(path *field.Path, s3 *S3BackupSource, missing string) field.ErrorList {
+	var errs field.ErrorList
+	if s3 == nil {
+		return field.ErrorList{field.Required(path, missing)}
+	}
+	if bucket, key, ok := strings.Cut(s3.Path, "/"); !ok || bucket == "" || key == "" {
+		errs = append(errs, field.Invalid(path.Child("path"), s3.Path, `must be "<bucket>/<key>"`))
+	}
+	if s3.AWSSecret == "" {
+		errs = append(errs, field.Required(path.Child("awsSecret"), "the Secret with the AWS files credentials and config"))
+	} else {
+		for _, msg := range validation.IsDNS1123Subdomain(s3.AWSSecret) {
+			errs = append(errs, field.Invalid(path.Child("awsSecret"), s3.AWSSecret, msg))
+		}
+	}
+	if s3.Endpoint != "" {
+		if u, err := url.Parse(s3.Endpoint); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			errs = append(errs, field.Invalid(path.Child("endpoint"), s3.Endpoint, "must be an http(s) URL"))
+		}
+	}
+	return errs
+}
+
+func validatePVC(path *field.Path, pvc *PVCBackupSource, missing string) field.ErrorList {
+	var errs field.ErrorList
+	if pvc == nil {
+		return field.ErrorList{field.Required(path, missing)}
+	}
+	for _, msg := range validation.IsDNS1123Subdomain(pvc.ClaimName) {
+		errs = append(errs, field.Invalid(path.Child("claimName"), pvc.ClaimName, msg))
+	}
+	if p := pvc.Path; p != "" && (strings.HasPrefix(p, "/") || strings.Contains(p, "..") || strings.HasSuffix(p, "/")) {
+		errs = append(errs, field.Invalid(path.Child("path"), p, "must be a file path relative to the claim's root, without \"..\""))
+	}
+	return errs
+}
+
+// validateObjectName checks a name of an object in the same namespace.
+func validateObjectName(path *field.Path, name string) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Subdomain(name) {
+		errs = append(errs, field.Invalid(path, name, msg))
+	}
+	return errs
+}
+
+// validate checks that exactly one source is given, and that one.
+func (s *RestoreSource) validate(path *field.Path) field.ErrorList {
+	n := 0
+	var errs field.ErrorList
+	if s.S3 != nil {
+		n++
+		errs = append(errs, validateS3(path.Child("s3"), s.S3, "")...)
+	}
+	if s.PVC != nil {
+		n++
+		errs = append(errs, validatePVC(path.Child("pvc"), s.PVC, "")...)
+	}
+	if s.Backup != nil {
+		n++
+		errs = append(errs, validateObjectName(path.Child("backup", "name"), s.Backup.Name)...)
+	}
+	if n != 1 {
+		errs = append(errs, field.Invalid(path, n, "give exactly one of s3, pvc and backup"))
+	}
+	return errs
+}
+
+// Validate checks an EtcdRestore as the hook needs it: the CoreOS rule that
+// it is named after its cluster, and one usable source.
+func (r *EtcdRestore) Validate() field.ErrorList {
+	var errs field.ErrorList
+	spec, path := r.Spec, field.NewPath("spec")
+	switch {
+	case spec.EtcdCluster.Name == "":
+		errs = append(errs, field.Required(path.Child("etcdCluster", "name"), "name the EtcdCluster to restore"))
+	case spec.EtcdCluster.Name != r.Name:
+		errs = append(errs, field.Invalid(path.Child("etcdCluster", "name"), spec.EtcdCluster.Name,
+			fmt.Sprintf("must equal metadata.name %q: an EtcdRestore is named after the EtcdCluster it restores", r.Name)))
+	}
+	switch {
+	case spec.Backup != nil:
+		errs = append(errs, validateObjectName(path.Child("backup", "name"), spec.Backup.Name)...)
+		if spec.S3 != nil || spec.PVC != nil {
+			errs = append(errs, field.Invalid(path.Child("backup"), spec.Backup.Name, "give spec.backup, or spec.s3 or spec.pvc, not both"))
+		}
+	case spec.BackupStorageType == BackupStorageS3:
+		errs = append(errs, validateS3(path.Child("s3"), spec.S3, "backupStorageType S3 needs spec.s3")...)
+	case spec.BackupStorageType == BackupStoragePVC:
+		errs = append(errs, validatePVC(path.Child("pvc"), spec.PVC, "backupStorageType PVC needs spec.pvc")...)
+	default:
+		errs = append(errs, field.NotSupported(path.Child("backupStorageType"), spec.BackupStorageType, []BackupStorageType{BackupStorageS3, BackupStoragePVC}))
+	}
+	return errs
+}
+
+// Source is the EtcdRestore's source in the form an EtcdCluster's
+// spec.restore takes.
+func (r *EtcdRestore) Source() RestoreSource {
+	switch {
+	case r.Spec.Backup != nil:
+		return RestoreSource{Backup: r.Spec.Backup}
+	case r.Spec.BackupStorageType == BackupStoragePVC:
+		return RestoreSource{PVC: r.Spec.PVC}
+	}
+	return RestoreSource{S3: r.Spec.S3}
 }

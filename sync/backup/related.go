@@ -1,14 +1,12 @@
 package backup
 
-import "github.com/etcdhook/etcd-hook/api/v1beta2"
+import (
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/sync"
+)
 
 // RelatedResource is one rule of a customize hook's answer.
-type RelatedResource struct {
-	APIVersion string   `json:"apiVersion"`
-	Resource   string   `json:"resource"`
-	Namespace  string   `json:"namespace"`
-	Names      []string `json:"names"`
-}
+type RelatedResource = sync.RelatedResource
 
 // Related lists the objects a sync of an EtcdBackup needs besides its
 // children: the S3 Secret or the PersistentVolumeClaim, checked before a

@@ -1,0 +1,31 @@
+package sync
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+)
+
+// RelatedResource is one rule of a customize hook's answer: objects of
+// one resource that Metacontroller then sends in every sync request's
+// related map, and whose changes trigger a sync. Names or a label
+// selector, never both.
+type RelatedResource struct {
+	APIVersion    string                `json:"apiVersion"`
+	Resource      string                `json:"resource"`
+	Namespace     string                `json:"namespace"`
+	Names         []string              `json:"names,omitempty"`
+	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
+}
+
+// Related lists what a sync of an EtcdCluster needs besides its children:
+// the EtcdRestore named after it (a restore request), and every EtcdBackup
+// of its namespace, whose status says which backups of the cluster exist
+// (an empty selector: which of them back up this cluster is in their
+// spec, not in a label).
+func Related(c *v1beta2.EtcdCluster) []RelatedResource {
+	return []RelatedResource{
+		{APIVersion: v1beta2.APIVersion, Resource: "etcdrestores", Namespace: c.Namespace, Names: []string{c.Name}},
+		{APIVersion: v1beta2.APIVersion, Resource: "etcdbackups", Namespace: c.Namespace, LabelSelector: &metav1.LabelSelector{}},
+	}
+}
