@@ -52,6 +52,9 @@ func testServer(t *testing.T) *httptest.Server {
 	mux.Handle("/backup/sync", hooks.BackupSyncHandler(backups))
 	mux.Handle("/backup/finalize", hooks.BackupFinalizeHandler(backups))
 	mux.Handle("/backup/customize", hooks.BackupCustomizeHandler())
+	mux.Handle("/customize", hooks.CustomizeHandler())
+	mux.Handle("/restore/sync", hooks.RestoreSyncHandler(func() time.Time { return time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC) }))
+	mux.Handle("/restore/customize", hooks.RestoreCustomizeHandler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
