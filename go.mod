@@ -7,6 +7,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/minio/minio-go/v7 v7.0.99
 	github.com/prometheus/client_golang v1.20.5
+	go.etcd.io/bbolt v1.4.3
 	go.etcd.io/etcd/api/v3 v3.6.16
 	go.etcd.io/etcd/client/v3 v3.6.16
 	go.uber.org/zap v1.27.0

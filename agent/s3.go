@@ -228,6 +228,8 @@ func (s *S3Store) describe(op string, err error) error {
 	switch resp.Code {
 	case "NoSuchBucket":
 		return fmt.Errorf("%s: the bucket %q does not exist on %s: %w", op, s.bucket, s.where, err)
+	case "NoSuchKey":
+		return fmt.Errorf("%s: the object does not exist in the bucket %q on %s: %w", op, s.bucket, s.where, err)
 	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken",
 		"XAdminUserNotFound": // versitygw's answer to an unknown access key
 		return fmt.Errorf("%s: %s refused the credentials (%s): %w", op, s.where, resp.Code, err)

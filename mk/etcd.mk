@@ -29,10 +29,12 @@ ETCD_36_BIN := $(ETCD_BIN_DIR)/etcd-v$(ETCD_36_VERSION)
 ETCD_34_BIN := $(ETCD_BIN_DIR)/etcd-v$(ETCD_34_VERSION)
 ETCDCTL_35_BIN := $(ETCD_BIN_DIR)/etcdctl-v$(ETCD_35_VERSION)
 ETCDCTL_36_BIN := $(ETCD_BIN_DIR)/etcdctl-v$(ETCD_36_VERSION)
-# etcdutl checks and restores the snapshots the backup agent stores.
+# etcdutl checks and restores the snapshots the backup agent stores; the
+# restore agent runs the cluster's own release of it, so both are tested.
+ETCDUTL_35_BIN := $(ETCD_BIN_DIR)/etcdutl-v$(ETCD_35_VERSION)
 ETCDUTL_36_BIN := $(ETCD_BIN_DIR)/etcdutl-v$(ETCD_36_VERSION)
 
-ETCD_BINS := $(ETCD_35_BIN) $(ETCD_36_BIN) $(ETCDCTL_35_BIN) $(ETCDCTL_36_BIN) $(ETCDUTL_36_BIN)
+ETCD_BINS := $(ETCD_35_BIN) $(ETCD_36_BIN) $(ETCDCTL_35_BIN) $(ETCDCTL_36_BIN) $(ETCDUTL_35_BIN) $(ETCDUTL_36_BIN)
 
 # CGO_ENABLED=0 matches etcd's release builds: a static binary that uses Go's
 # own DNS resolver, so tests see the same name-resolution behaviour as
@@ -65,6 +67,9 @@ $(ETCDCTL_35_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.5/go.mod
 
 $(ETCDCTL_36_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.6/go.mod
 	$(call ETCD_GOBUILD,tools/etcd-v3.6,$(ETCD_36_VERSION),go.etcd.io/etcd/etcdctl/v3)
+
+$(ETCDUTL_35_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.5/go.mod
+	$(call ETCD_GOBUILD,tools/etcd-v3.5,$(ETCD_35_VERSION),go.etcd.io/etcd/etcdutl/v3)
 
 $(ETCDUTL_36_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.6/go.mod
 	$(call ETCD_GOBUILD,tools/etcd-v3.6,$(ETCD_36_VERSION),go.etcd.io/etcd/etcdutl/v3)

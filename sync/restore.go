@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/etcdhook/etcd-hook/agent"
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 )
 
@@ -206,7 +205,7 @@ type fetchState struct {
 	failed bool
 	// trouble is the latest failure that is retried.
 	trouble string
-	result  agent.RestoreResult
+	result  fetchResult
 	at      *metav1.Time
 }
 
@@ -222,7 +221,7 @@ func observeFetch(pod *corev1.Pod) fetchState {
 				if t == nil {
 					continue
 				}
-				var res agent.RestoreResult
+				var res fetchResult
 				_ = json.Unmarshal([]byte(t.Message), &res)
 				switch {
 				case t.ExitCode == 0:
@@ -230,7 +229,7 @@ func observeFetch(pod *corev1.Pod) fetchState {
 					st.result = res
 					at := t.FinishedAt
 					st.at = &at
-				case t.ExitCode == agent.ExitBackupUnusable:
+				case t.ExitCode == FetchExitUnusable:
 					st.failed, st.result = true, res
 				default:
 					st.trouble = res.Reason
@@ -452,3 +451,18 @@ func ExcludedFromMembership(o *Observed) map[string]bool {
 	}
 	return out
 }
+
+// fetchResult is the part of the fetch step's result (agent.RestoreResult,
+// its termination message) the planner reads. It is declared here rather
+// than imported: the agent's tests run real etcd through packages that
+// import this one.
+type fetchResult struct {
+	Reason      string `json:"reason"`
+	SHA256      string `json:"sha256"`
+	Revision    int64  `json:"revision"`
+	EtcdVersion string `json:"etcdVersion"`
+}
+
+// FetchExitUnusable is the fetch step's exit code for a backup that cannot
+// be used (agent.ExitBackupUnusable; server's tests check they agree).
+const FetchExitUnusable = 3

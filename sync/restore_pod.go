@@ -134,9 +134,19 @@ func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta
 	}
 	apply = append(apply, "--result-file="+corev1.TerminationMessagePathDefault)
 
+	// The fetch writes into the member's data volume, which belongs to the
+	// user etcd runs as: root in etcd's images, unless the Pod policy sets a
+	// user, which then applies to every container. Our image's own user
+	// (nonroot) could not write to a claim owned by root.
+	var fetchSecurity *corev1.SecurityContext
+	if sc := pod.Spec.SecurityContext; sc == nil || sc.RunAsUser == nil {
+		root := int64(0)
+		fetchSecurity = &corev1.SecurityContext{RunAsUser: &root}
+	}
 	pod.Spec.InitContainers = []corev1.Container{
 		{
 			Name:                     restoreFetchContainer,
+			SecurityContext:          fetchSecurity,
 			Image:                    image,
 			Command:                  []string{agentBinary},
 			Args:                     fetchArgs,
