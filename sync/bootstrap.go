@@ -61,7 +61,7 @@ func (p *planner) bootstrapRecord() *v1beta2.BootstrapStatus {
 		return nil
 	}
 	out := *rec
-	if o.Membership != nil || p.anyPodStarted() {
+	if o.Membership != nil || p.anyPodStarted(out.SeedMember) {
 		out.Bootstrapped = true
 	}
 	if ms := o.Membership; ms != nil && ms.ClusterID != 0 && out.ClusterID == "" {
@@ -129,6 +129,11 @@ func (p *planner) podsSeed() string {
 	first := SeedName(c.Name, string(c.UID))
 	seed := ""
 	for _, pod := range p.o.Pods {
+		if _, restoring := pod.Annotations[AnnotationRestoreRequest]; restoring {
+			// A restore's seed counts once the restore is committed, and
+			// the record then names it; see restore.go.
+			continue
+		}
 		s := pod.Annotations[AnnotationSeedMember]
 		if s == "" {
 			s = first
@@ -140,8 +145,13 @@ func (p *planner) podsSeed() string {
 	return seed
 }
 
-func (p *planner) anyPodStarted() bool {
-	for _, pod := range p.o.Pods {
+// anyPodStarted: a Pod of the cluster seeded by seed has run. A restore's
+// seed that is not yet committed runs another cluster.
+func (p *planner) anyPodStarted(seed string) bool {
+	for name, pod := range p.o.Pods {
+		if _, restoring := pod.Annotations[AnnotationRestoreRequest]; restoring && name != seed {
+			continue
+		}
 		if podStarted(pod) {
 			return true
 		}

@@ -159,6 +159,18 @@ func TestRestorePlan(t *testing.T) {
 		}},
 		want: restoreOutcome{Pods: []string{restoreSeed}, Seed: firstSeed, Phase: v1beta2.RestoreVerifying, Degraded: ReasonAllMembersLost},
 	}, {
+		name:   "new cluster, restore failed",
+		reason: "a cluster created for an EtcdRestore that failed waits instead of starting empty",
+		edits: []func(*Observed){etcdRestore(), func(o *Observed) {
+			o.Cluster.Status.Restore = &v1beta2.ClusterRestoreStatus{Request: restoreID, Phase: v1beta2.RestoreFailed}
+		}},
+		want: restoreOutcome{Phase: v1beta2.RestoreFailed},
+	}, {
+		name:   "new cluster, restore verifying",
+		reason: "the record is not written from an uncommitted seed",
+		edits:  []func(*Observed){etcdRestore(), fetchEnded(1, "{}")},
+		want:   restoreOutcome{Pods: []string{restoreSeed}, Phase: v1beta2.RestoreVerifying},
+	}, {
 		name:   "name differs",
 		reason: "an EtcdRestore not named after its cluster is refused and changes nothing",
 		edits: []func(*Observed){runningThree, etcdRestore(func(r *v1beta2.EtcdRestore) {

@@ -26,7 +26,8 @@ func (p *planner) withoutMembership() Decision {
 	fresh := len(o.Pods) == 0 && len(o.PVCs) == 0 && !lost
 	// A cluster born from a backup never starts empty: while its restore
 	// is verified, refused or failed, it waits.
-	waitForData := fresh && (p.holdEmptySeed || (p.spec.Restore != nil && (p.rec == nil || p.rec.Restore == nil)))
+	uncommitted := p.rec == nil || p.rec.Restore == nil
+	waitForData := fresh && (p.holdEmptySeed || (uncommitted && (p.spec.Restore != nil || p.o.RestoreRequest != nil)))
 	lostSeed := ""
 	switch {
 	case recreate:
