@@ -72,6 +72,7 @@ func TestManifests(t *testing.T) {
 		{"NoDrift", testNoDrift},
 		{"Rejected", testRejected},
 		{"BackupRejected", testBackupRejected},
+		{"RestoreAdmission", testRestoreAdmission},
 		{"Accepted", testAccepted},
 		{"UnknownFields", testUnknownFields},
 		{"PrinterColumns", testPrinterColumns},
@@ -702,5 +703,22 @@ func testBackupRejected(t *testing.T, k *kube) {
 				t.Errorf("kubectl apply: want a refusal naming %q, got:\n%s\n(document:\n%s)", c.want, r, doc)
 			}
 		})
+	}
+}
+
+// testRestoreAdmission: an EtcdRestore whose name differs from its
+// cluster's is stored (its status then says what is wrong, rather than a
+// kubectl error a GitOps tool may swallow), and an EtcdCluster's
+// spec.restore with two sources is refused.
+func testRestoreAdmission(t *testing.T, k *kube) {
+	doc := fmt.Sprintf("apiVersion: %s\nkind: %s\nmetadata: {name: mismatched}\nspec: {etcdCluster: {name: other}, backupStorageType: S3, s3: {path: b/k, awsSecret: aws}}\n",
+		v1beta2.APIVersion, v1beta2.KindRestore)
+	noWarnings(t, k.mustKubectl(t, doc, "apply", "--validate=strict", "-n", nsRejected, "-f", "-"))
+
+	doc = fmt.Sprintf("apiVersion: %s\nkind: %s\nmetadata: {name: two-sources}\nspec: {size: 3, restore: {s3: {path: b/k, awsSecret: aws}, backup: {name: nightly}}}\n",
+		v1beta2.APIVersion, v1beta2.Kind)
+	r := k.kubectl(t, doc, "apply", "-n", nsRejected, "-f", "-")
+	if want := "give exactly one of s3, pvc and backup"; r.code == 0 || !strings.Contains(r.stderr, want) {
+		t.Errorf("kubectl apply: want a refusal naming %q, got:\n%s", want, r)
 	}
 }
