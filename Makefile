@@ -123,7 +123,8 @@ bench: build etcd-bins $(VERSITYGW) ## measure the hook against its floor (BENCH
 	BENCH_REPORT=1 $(GO) test ./etcdclient -run '^TestConnectionCostReport$$' -count=1 -v
 	BENCH_REPORT=1 BENCH_SCALE_FILE=$(BIN_DIR)/scale.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 20m
 	ETCDHOOK_E2E_REPORT=$(BIN_DIR)/convergence.md $(GO) test ./test/e2e/ -count=1 -timeout 15m
-	@echo "tables: $(BIN_DIR)/hook-cost.md $(BIN_DIR)/isolation.md $(BIN_DIR)/backup.md $(BIN_DIR)/scale.md $(BIN_DIR)/convergence.md"
+	BENCH_REPORT=1 BENCH_RESTORE_FILE=$(BIN_DIR)/restore.md $(GO) test ./test/e2e/ -run '^TestRestoreBenchReport$$' -count=1 -v -timeout 15m
+	@echo "tables: $(BIN_DIR)/hook-cost.md $(BIN_DIR)/isolation.md $(BIN_DIR)/backup.md $(BIN_DIR)/scale.md $(BIN_DIR)/convergence.md $(BIN_DIR)/restore.md"
 
 bench-quick: build etcd-bins ## a short hook-cost run, for CI-sized checks (under 2 minutes)
 	BENCH_REPORT=1 BENCH_SAMPLES=300 BENCH_WINDOW_MS=500 $(GO) test ./test/bench -run '^TestHookCostReport$$' -count=1 -v -timeout 5m
@@ -135,6 +136,12 @@ bench-quick: build etcd-bins ## a short hook-cost run, for CI-sized checks (unde
 .PHONY: bench-backup
 bench-backup: build etcd-bins $(VERSITYGW) ## the backup agent against its floor, 64 and 256 MiB (bin/backup.md)
 	BENCH_REPORT=1 BENCH_BACKUP_FILE=$(BIN_DIR)/backup.md $(GO) test ./test/bench -run '^TestBackupCostReport$$' -count=1 -v -timeout 15m
+
+# A restore of 256 MiB into 3 members, EtcdRestore to 3 ready, against the
+# download, etcdutl restore and member starts of the same run (bin/restore.md).
+.PHONY: bench-restore
+bench-restore: build etcd-bins $(VERSITYGW) ## a 256 MiB restore into 3 members against its floor (bin/restore.md)
+	BENCH_REPORT=1 BENCH_RESTORE_FILE=$(BIN_DIR)/restore.md $(GO) test ./test/e2e/ -run '^TestRestoreBenchReport$$' -count=1 -v -timeout 15m
 
 .PHONY: bench-scale
 bench-scale: build ## one hook, 1000 clusters, 5 unreachable: RSS and latency (bin/scale.md)

@@ -92,7 +92,31 @@ func scenario(data []byte) *Observed {
 		}
 		o.PVCs[seed] = claim
 	}
+	// A restore request: an EtcdRestore, its seed's fetch so far, and
+	// whether an earlier attempt failed.
+	rq := next()
+	if rq&1 != 0 {
+		etcdRestore()(o)
+		switch (rq >> 1) % 4 {
+		case 1:
+			fetchEnded(1, `{"reason":"unreachable"}`)(o)
+		case 2:
+			fetchEnded(FetchExitUnusable, `{"reason":"sha256 mismatch"}`)(o)
+		case 3:
+			fetchEnded(0, `{"revision":42}`)(o)
+		}
+		if rq&8 != 0 {
+			c.Status.Restore = &v1beta2.ClusterRestoreStatus{Request: restoreID, Phase: v1beta2.RestoreFailed}
+		}
+	}
 	return o
+}
+
+// restoreVerified: the observation holds a restore seed whose fetch
+// succeeded, which lets the plan drop the old cluster.
+func restoreVerified(o *Observed) bool {
+	failed := o.Cluster.Status.Restore != nil && o.Cluster.Status.Restore.Phase == v1beta2.RestoreFailed
+	return o.RestoreRequest != nil && !failed && observeFetch(o.Pods[restoreSeed]).verified
 }
 
 // startsNewCluster names the Pods of the answer that are not observed yet
@@ -104,7 +128,9 @@ func startsNewCluster(o *Observed, d Decision) []string {
 		if _, exists := o.Pods[c.Name]; !ok || exists {
 			continue
 		}
-		if slices.Contains(pod.Spec.Containers[0].Command, "--initial-cluster-state=new") {
+		// A restore's seed starts a cluster of its own, on the snapshot's
+		// data: its init containers restore it first.
+		if slices.Contains(pod.Spec.Containers[0].Command, "--initial-cluster-state=new") && len(pod.Spec.InitContainers) == 0 {
 			out = append(out, c.Name)
 		}
 	}
@@ -123,6 +149,13 @@ func FuzzPlan(f *testing.F) {
 	f.Add([]byte{4, 0, 0, 0, 3})
 	f.Add([]byte{4, 0, 0, 0, 7})
 	f.Add([]byte{4, 0, 0, 0, 27})
+	// A restore over a running cluster: requested, retrying, unusable,
+	// verified, failed before.
+	f.Add([]byte{4, 2, 6, 3, 0x10, 0x10, 0x10, 0, 3, 1})
+	f.Add([]byte{4, 2, 6, 3, 0x10, 0x10, 0x10, 0, 3, 3})
+	f.Add([]byte{4, 2, 6, 3, 0x10, 0x10, 0x10, 0, 3, 5})
+	f.Add([]byte{4, 2, 6, 3, 0x10, 0x10, 0x10, 0, 3, 7})
+	f.Add([]byte{4, 2, 6, 3, 0x10, 0x10, 0x10, 0, 3, 15})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		o := scenario(data)
 		before := fmt.Sprint(o.Membership)
@@ -139,7 +172,11 @@ func FuzzPlan(f *testing.F) {
 		// A cluster recorded as bootstrapped is never bootstrapped again
 		// unless the recreate-empty annotation names it, and the record
 		// says so until then.
-		if rec := o.Cluster.Status.Bootstrap; rec != nil && rec.Bootstrapped {
+		verified := restoreVerified(o)
+		if got := d.Status.Bootstrap; got != nil && got.SeedMember == restoreSeed && !verified {
+			t.Fatalf("the record names the restore's seed before its fetch verified the snapshot: %+v", got)
+		}
+		if rec := o.Cluster.Status.Bootstrap; rec != nil && rec.Bootstrapped && !verified {
 			recreate := o.Cluster.Annotations[v1beta2.AnnotationRecreateEmpty] == rec.SeedMember
 			if pods := startsNewCluster(o, d); len(pods) > 0 && !recreate {
 				t.Fatalf("a cluster recorded as bootstrapped gets new Pods with --initial-cluster-state=new: %v", pods)
@@ -160,7 +197,9 @@ func FuzzPlan(f *testing.F) {
 		frozen := len(o.SpecErrors) > 0 || o.Cluster.Spec.Paused
 		if frozen || o.Membership == nil || o.Membership.Stale {
 			for name, pod := range o.Pods {
-				if !inAnswer[name] {
+				// A verified restore replaces every Pod; a failed one drops
+				// its own seed.
+				if !inAnswer[name] && !(verified && !frozen) && !(name == restoreSeed && !frozen) {
 					t.Fatalf("Pod %s dropped without a linearizable membership (frozen=%v)", name, frozen)
 				}
 				if frozen && !keptAsApplied(d.Children, name, pod) {
@@ -174,8 +213,15 @@ func FuzzPlan(f *testing.F) {
 		}
 
 		// A member's Pod on an emptyDir is its data: it never leaves the
-		// answer while the member is in the membership.
+		// answer while the member is in the membership, unless a verified
+		// restore replaces the whole cluster.
+		if verified && d.Action != nil {
+			t.Fatalf("action %s on the old cluster in the sync that commits a restore", d.Action)
+		}
 		for _, m := range o.Membership.Members {
+			if verified {
+				break
+			}
 			n := MemberName(m, o.Cluster.Name)
 			if pod, ok := o.Pods[n]; ok && !podUsesClaim(pod) && !inAnswer[n] {
 				t.Fatalf("member %s's Pod dropped before its removal", n)
