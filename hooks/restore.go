@@ -16,7 +16,7 @@ import (
 
 // RestoreSyncHandler serves the EtcdRestore sync hook. An EtcdRestore has
 // no children: its cluster carries it out, and this hook only reports.
-// Its finalize hook, were one configured, would have nothing to undo.
+// It serves the finalize hook too: there is nothing to undo.
 func RestoreSyncHandler(now func() time.Time) http.Handler {
 	if now == nil {
 		now = time.Now

@@ -23,7 +23,7 @@ func newRouter(syncer hooks.Syncer, backups hooks.BackupConfig, m *metrics, regi
 	r.Use(middleware.Recoverer)
 	r.Use(instrument(m, logger))
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
-		hooks.WriteError(w, http.StatusNotFound, "no such route; the hook serves POST /sync, /finalize, /customize, /backup/sync, /backup/finalize, /backup/customize, /restore/sync and /restore/customize")
+		hooks.WriteError(w, http.StatusNotFound, "no such route; the hook serves POST /sync, /finalize, /customize, /backup/sync, /backup/finalize, /backup/customize, /restore/sync, /restore/finalize and /restore/customize")
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
 		hooks.WriteError(w, http.StatusMethodNotAllowed, "method not allowed on this route")
@@ -39,6 +39,7 @@ func newRouter(syncer hooks.Syncer, backups hooks.BackupConfig, m *metrics, regi
 	})
 	r.Route("/restore", func(r chi.Router) {
 		r.Method(http.MethodPost, "/sync", hooks.RestoreSyncHandler(nil))
+		r.Method(http.MethodPost, "/finalize", hooks.RestoreSyncHandler(nil))
 		r.Method(http.MethodPost, "/customize", hooks.RestoreCustomizeHandler())
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })

@@ -59,6 +59,8 @@ type restoreRequest struct {
 	backup *v1beta2.KnownBackup
 	// refused says why the request is not carried out; the rest is unset.
 	refused string
+	// failed is the status of an earlier attempt that failed for good.
+	failed *v1beta2.ClusterRestoreStatus
 }
 
 // restoreRequested is the restore the user asks for now, or nil: an
@@ -81,10 +83,11 @@ func (p *planner) restoreRequested() *restoreRequest {
 	if p.rec != nil && p.rec.Restore != nil && p.rec.Restore.Request == req.id {
 		return nil
 	}
-	// A failure is final for its request; a refusal is looked at again,
-	// since what it lacked (an EtcdBackup's first backup, say) may come.
+	// A failure is final for its request, and reported while the request
+	// stands; a refusal is looked at again, since what it lacked (an
+	// EtcdBackup's first backup, say) may come.
 	if prev := p.o.Cluster.Status.Restore; prev != nil && prev.Request == req.id && prev.Phase == v1beta2.RestoreFailed {
-		return nil
+		req.failed = prev
 	}
 	return req
 }
@@ -279,6 +282,11 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 		p.restoreProblem(&d, ReasonRestoreRefused, fmt.Sprintf("%s is not carried out: %s", req.origin, req.refused), status)
 		return d
 
+	case req.failed != nil:
+		d := p.planWithout(seed)
+		p.restoreProblem(&d, ReasonRestoreFailed, req.failed.Message, req.failed)
+		return d
+
 	case fetch.failed:
 		status.Phase = v1beta2.RestoreFailed
 		status.Message = fmt.Sprintf("%s failed and changed nothing: %s", req.origin, fetch.result.Reason)
@@ -295,7 +303,7 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 		if fetch.result.SHA256 != "" {
 			rec.Restore.Source.SHA256 = fetch.result.SHA256
 		}
-		if p.rec != nil {
+		if p.rec != nil && p.rec.Bootstrapped {
 			rec.RecreatedFrom = p.rec.SeedMember
 		}
 		p.rec = rec

@@ -124,11 +124,11 @@ func TestRestorePlan(t *testing.T) {
 		want:   restoreOutcome{Pods: old, Seed: firstSeed, Phase: v1beta2.RestoreFailed, Degraded: ReasonRestoreFailed},
 	}, {
 		name:   "failed before",
-		reason: "a failed request is never tried again: the EtcdRestore must be replaced",
+		reason: "a failed request is never tried again (the EtcdRestore must be replaced), and is reported while it stands",
 		edits: []func(*Observed){runningThree, etcdRestore(), func(o *Observed) {
 			o.Cluster.Status.Restore = &v1beta2.ClusterRestoreStatus{Request: restoreID, Phase: v1beta2.RestoreFailed}
 		}},
-		want: restoreOutcome{Pods: old, Seed: firstSeed, Phase: v1beta2.RestoreFailed},
+		want: restoreOutcome{Pods: old, Seed: firstSeed, Phase: v1beta2.RestoreFailed, Degraded: ReasonRestoreFailed},
 	}, {
 		name:   "verified",
 		reason: "the snapshot is good: the restore is committed, the old members are dropped, and no membership change is made on the old cluster",
@@ -164,12 +164,12 @@ func TestRestorePlan(t *testing.T) {
 		edits: []func(*Observed){etcdRestore(), func(o *Observed) {
 			o.Cluster.Status.Restore = &v1beta2.ClusterRestoreStatus{Request: restoreID, Phase: v1beta2.RestoreFailed}
 		}},
-		want: restoreOutcome{Phase: v1beta2.RestoreFailed},
+		want: restoreOutcome{Seed: firstSeed, Phase: v1beta2.RestoreFailed, Degraded: ReasonRestoreFailed},
 	}, {
 		name:   "new cluster, restore verifying",
-		reason: "the record is not written from an uncommitted seed",
+		reason: "the record names the first seed, never run, not the uncommitted restore seed",
 		edits:  []func(*Observed){etcdRestore(), fetchEnded(1, "{}")},
-		want:   restoreOutcome{Pods: []string{restoreSeed}, Phase: v1beta2.RestoreVerifying},
+		want:   restoreOutcome{Pods: []string{restoreSeed}, Seed: firstSeed, Phase: v1beta2.RestoreVerifying},
 	}, {
 		name:   "name differs",
 		reason: "an EtcdRestore not named after its cluster is refused and changes nothing",
@@ -226,9 +226,9 @@ func TestBornFromBackup(t *testing.T) {
 		want         restoreOutcome
 	}{
 		{"new", "the first seed restores the backup; no empty seed", []func(*Observed){fresh},
-			restoreOutcome{Pods: []string{seed}, Phase: v1beta2.RestoreVerifying}},
+			restoreOutcome{Pods: []string{seed}, Seed: firstSeed, Phase: v1beta2.RestoreVerifying}},
 		{"failed", "a cluster whose backup failed waits for a usable one instead of starting empty", []func(*Observed){fresh, failed},
-			restoreOutcome{Phase: v1beta2.RestoreFailed}},
+			restoreOutcome{Seed: firstSeed, Phase: v1beta2.RestoreFailed, Degraded: ReasonRestoreFailed}},
 		{"ran", "spec.restore on a cluster that ran changes nothing", []func(*Observed){fresh, runningThree},
 			restoreOutcome{Pods: []string{name(1), name(2), name(3)}, Seed: firstSeed}},
 	}
@@ -334,5 +334,61 @@ func TestExcludedFromMembership(t *testing.T) {
 	raw, _ := json.Marshal(d.Status.Restore)
 	if !strings.Contains(string(raw), `"revision":0`) && d.Status.Restore.Message == "" {
 		t.Errorf("status.restore says nothing: %s", raw)
+	}
+}
+
+// TestBornFromBackupSequence replays the syncs of a new cluster born from
+// a backup, each reading what the previous answered (status and Services),
+// as Metacontroller hands them back: the restore is committed once the
+// seed's fetch succeeded, and the cluster then grows.
+func TestBornFromBackupSequence(t *testing.T) {
+	spec := &v1beta2.RestoreSource{S3: s3Source}
+	seed := SeedName(testCluster, testUID+"/restore/spec.restore/"+sourceHash(*spec))
+	o := observed(newCluster(3, "3.6.16"))
+	o.Cluster.Spec.Restore = spec
+	carry := func(d Decision) {
+		o.Cluster.Status = d.Status
+		for _, c := range d.Children {
+			if svc, ok := c.Object.(*corev1.Service); ok {
+				o.Services[c.Name] = svc
+			}
+		}
+	}
+	d := Plan(o)
+	if renderedPod(d.Children, seed) == nil {
+		t.Fatalf("sync 1: the restore seed %s is not rendered: %v", seed, podsIn(d.Children))
+	}
+	carry(d)
+
+	// Sync 2: the seed's fetch is running.
+	p := memberPod(seed, corev1.PodPending, false)
+	p.Annotations[AnnotationSeedMember] = seed
+	p.Annotations[AnnotationRestoreRequest] = "spec.restore/" + sourceHash(*spec)
+	o.Pods[seed] = p
+	d = Plan(o)
+	if d.Status.Restore == nil || d.Status.Restore.Phase != v1beta2.RestoreVerifying {
+		t.Fatalf("sync 2: status.restore %+v, want Verifying", d.Status.Restore)
+	}
+	carry(d)
+
+	// Sync 3: the seed runs on the restored data.
+	running := readyPod(seed)
+	running.Annotations = p.Annotations
+	running.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: restoreFetchContainer,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
+	o.Pods[seed] = running
+	d = Plan(o)
+	if rec := d.Status.Bootstrap; rec == nil || rec.SeedMember != seed || rec.Restore == nil || rec.RecreatedFrom != "" {
+		t.Fatalf("sync 3: record %+v, want the restore seed committed, recreated from nothing", d.Status.Bootstrap)
+	}
+	carry(d)
+
+	// Sync 4: etcd answers; the cluster grows.
+	if ex := ExcludedFromMembership(o); len(ex) > 0 {
+		t.Fatalf("sync 4: %v excluded from the membership read", ex)
+	}
+	o.Membership = membership(1, member(1, seed))
+	if d = Plan(o); d.Action == nil || d.Action.Type != ActionAddMember {
+		t.Fatalf("sync 4: action %v, want a learner added", d.Action)
 	}
 }

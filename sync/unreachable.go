@@ -33,7 +33,10 @@ func (p *planner) withoutMembership() Decision {
 	case recreate:
 		lostSeed = p.rec.SeedMember
 		p.rec = &v1beta2.BootstrapStatus{SeedMember: p.recreatedSeed(lostSeed), RecreatedFrom: lostSeed}
-	case fresh && p.rec == nil && !waitForData:
+	case fresh && p.rec == nil:
+		// Also while waiting for a restore: the peer Service then carries
+		// a record, and is never taken for one an earlier hook version
+		// rendered (see earlierVersionEvidence).
 		p.rec = &v1beta2.BootstrapStatus{SeedMember: p.seed()}
 	}
 

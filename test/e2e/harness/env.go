@@ -30,6 +30,13 @@ type Options struct {
 	// Backups runs a second Metacontroller, for EtcdBackups and their run
 	// Pods, with the hook's customize hook (BackupMC).
 	Backups bool
+	// Restores runs a third Metacontroller, for EtcdRestores (RestoreMC),
+	// with the hook's customize hook.
+	Restores bool
+	// ClusterCustomize gives the EtcdCluster controller the hook's
+	// customize hook (/customize), which relates the EtcdRestore named
+	// after a cluster and the EtcdBackups of its namespace.
+	ClusterCustomize bool
 
 	// StrictDNS resolves Pod names only through a matching headless
 	// Service, as Kubernetes does (see clusterDNS).
@@ -54,7 +61,9 @@ type Env struct {
 	MC  *Metacontroller
 	// BackupMC runs the EtcdBackup controller, with Options.Backups.
 	BackupMC *Metacontroller
-	Kubelet  *Kubelet
+	// RestoreMC runs the EtcdRestore controller, with Options.Restores.
+	RestoreMC *Metacontroller
+	Kubelet   *Kubelet
 	Proxy    *FaultProxy
 	Hook     *HookProcess // nil when Options.HookURL is used
 	Procs    *ProcTable
@@ -163,6 +172,9 @@ func (e *Env) start() error {
 	e.Proxy = proxy
 	cc := e.opts.Controller
 	cc.SyncURL, cc.FinalizeURL = proxy.URL()+"/sync", proxy.URL()+"/finalize"
+	if e.opts.ClusterCustomize {
+		cc.CustomizeURL = proxy.URL() + "/customize"
+	}
 	if verbose && cc.Logf == nil {
 		cc.Logf = e.logf
 	}
@@ -183,6 +195,20 @@ func (e *Env) start() error {
 			return err
 		}
 	}
+	if e.opts.Restores {
+		// An EtcdRestore has no children; the emulator needs a declared
+		// type, and the hook answers none.
+		rc := ControllerConfig{
+			Name: "etcd-restore", ParentType: TypeEtcdRestore, ParentKind: "EtcdRestore", ParentResource: "etcdrestores",
+			SyncURL: proxy.URL() + "/restore/sync", FinalizeURL: proxy.URL() + "/restore/finalize", CustomizeURL: proxy.URL() + "/restore/customize",
+			ChildTypes:   []ChildType{{APIVersion: "v1", Kind: "Pod", Resource: "pods", UpdateMethod: "OnDelete"}},
+			ResyncPeriod: 60 * time.Second,
+			Logf:         cc.Logf,
+		}
+		if e.RestoreMC, err = NewMetacontroller(e.API, rc); err != nil {
+			return err
+		}
+	}
 	kc := e.opts.Kubelet
 	kc.Dir = filepath.Join(e.Dir, "cluster")
 	if verbose && kc.Logf == nil {
@@ -197,6 +223,9 @@ func (e *Env) start() error {
 	mc.Start(e.ctx)
 	if e.BackupMC != nil {
 		e.BackupMC.Start(e.ctx)
+	}
+	if e.RestoreMC != nil {
+		e.RestoreMC.Start(e.ctx)
 	}
 	return nil
 }

@@ -375,8 +375,12 @@ type podWorker struct {
 	lastStatus  string
 	terminating bool
 
-	mu   sync.Mutex // guards ctrs[*].p for readers outside the worker
+	mu   sync.Mutex // guards ctrs[*].p and inits[*].p for readers outside the worker
 	ctrs []*ctrState
+	// inits are the init containers, run in order to completion before
+	// any of ctrs starts; initialized is set once all have succeeded.
+	inits       []*ctrState
+	initialized bool
 }
 
 type ctrState struct {
@@ -396,6 +400,7 @@ type ctrState struct {
 	backoff      time.Duration
 	nextStart    time.Time
 	done         bool // exited and will not run again
+	succeeded    bool // an init container that exited 0
 	pullFailures int
 	reported     string // last config error logged, to log it once
 
@@ -497,10 +502,14 @@ func (w *podWorker) schedule(pod *corev1.Pod) bool {
 			// Written once, at scheduling; a Secret that does not exist
 			// leaves the volume out (the containers that mount it then
 			// fail to start), where a kubelet would keep retrying.
+			// An optional Secret that does not exist mounts as an empty
+			// directory, as the kubelet does.
 			d := filepath.Join(w.dir, "volumes", v.Name)
 			if err := w.writeSecret(pod.Namespace, v.Secret.SecretName, d); err != nil {
 				w.k.event(w.ref, "volume %s: %v", v.Name, err)
-				continue
+				if v.Secret.Optional == nil || !*v.Secret.Optional {
+					continue
+				}
 			}
 			vols[v.Name] = d
 		case v.PersistentVolumeClaim != nil:
@@ -514,6 +523,8 @@ func (w *podWorker) schedule(pod *corev1.Pod) bool {
 				w.unschedMsg = fmt.Sprintf("persistentvolumeclaim %q is being deleted", claim)
 				return false
 			}
+			// readOnly is not enforced: the processes run as the test's
+			// user, on the claim's host directory.
 			vols[v.Name] = w.k.pvDir(pvc)
 		default:
 			// Left out: containers that mount it fail with
@@ -565,15 +576,72 @@ func (w *podWorker) sync(pod *corev1.Pod) {
 		// own peer URL at startup, and DNS answers from the Pod status.
 		w.publish(pod)
 	}
+	if !w.syncInit(pod) {
+		// As the kubelet shows them: the app containers wait for the
+		// init containers.
+		for i := range pod.Spec.Containers {
+			c := w.ctr(pod.Spec.Containers[i].Name)
+			c.spec = pod.Spec.Containers[i]
+			c.waiting = &corev1.ContainerStateWaiting{Reason: "PodInitializing"}
+		}
+		return
+	}
 	for i := range pod.Spec.Containers {
 		c := w.ctr(pod.Spec.Containers[i].Name)
 		c.spec = pod.Spec.Containers[i]
-		if len(pod.Spec.InitContainers) > 0 {
-			w.configError(c, "init containers are not supported by the harness")
-			continue
+		if c.waiting != nil && c.waiting.Reason == "PodInitializing" {
+			c.waiting = nil
 		}
 		w.syncContainer(pod, c)
 	}
+}
+
+// syncInit runs the init containers one at a time, in order, each to a
+// successful exit; one that fails is restarted with the crash-loop backoff
+// (restartPolicy Always and OnFailure), or fails the Pod (Never). It
+// reports whether all have succeeded.
+func (w *podWorker) syncInit(pod *corev1.Pod) bool {
+	if w.initialized {
+		return true
+	}
+	for i := range pod.Spec.InitContainers {
+		c := w.initCtr(pod.Spec.InitContainers[i].Name)
+		c.spec = pod.Spec.InitContainers[i]
+		if c.succeeded {
+			continue
+		}
+		if c.p != nil && c.p.Exited() {
+			w.recordExit(pod, c, false)
+			if c.term != nil && c.term.ExitCode == 0 {
+				c.succeeded, c.done = true, true
+				continue
+			}
+		}
+		if c.p == nil && !c.done && !time.Now().Before(c.nextStart) {
+			w.startContainer(pod, c)
+		}
+		return false
+	}
+	w.initialized = true
+	return true
+}
+
+func (w *podWorker) initCtr(name string) *ctrState {
+	for _, c := range w.inits {
+		if c.name == name {
+			return c
+		}
+	}
+	c := &ctrState{name: name, run: -1}
+	w.mu.Lock()
+	w.inits = append(w.inits, c)
+	w.mu.Unlock()
+	return c
+}
+
+// all is every container of the Pod, init containers first.
+func (w *podWorker) all() []*ctrState {
+	return append(append([]*ctrState(nil), w.inits...), w.ctrs...)
 }
 
 func (w *podWorker) configError(c *ctrState, msg string) {
@@ -750,7 +818,7 @@ func (w *podWorker) terminate(pod *corev1.Pod) {
 	grace := w.gracePeriod(pod)
 	w.k.event(w.ref, "terminating, grace period %s", grace)
 	var wg sync.WaitGroup
-	for _, c := range w.ctrs {
+	for _, c := range w.all() {
 		if c.cancelProbes != nil {
 			c.cancelProbes()
 		}
@@ -763,7 +831,7 @@ func (w *podWorker) terminate(pod *corev1.Pod) {
 		}
 	}
 	wg.Wait()
-	for _, c := range w.ctrs {
+	for _, c := range w.all() {
 		if c.p != nil {
 			w.recordExit(pod, c, false)
 		}
@@ -779,7 +847,7 @@ func (w *podWorker) terminate(pod *corev1.Pod) {
 
 func (w *podWorker) stopAll(grace time.Duration) {
 	var wg sync.WaitGroup
-	for _, c := range w.ctrs {
+	for _, c := range w.all() {
 		if c.cancelProbes != nil {
 			c.cancelProbes()
 		}
@@ -843,7 +911,22 @@ func (w *podWorker) publish(pod *corev1.Pod) {
 			}
 		}
 		allReady = allReady && len(w.ctrs) > 0 && !w.terminating
+		initFailed := false
+		for _, c := range w.inits {
+			cs, _ := w.containerStatus(c)
+			cs.Ready = false // an init container is never Ready
+			st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
+			if c.done && !c.succeeded {
+				initFailed = true
+			}
+		}
+		if !w.initialized {
+			allStarted, allDone = false, initFailed
+			anyFailed = anyFailed || initFailed
+		}
 		switch {
+		case initFailed && !w.terminating:
+			st.Phase = corev1.PodFailed
 		case allDone && len(w.ctrs) > 0 && anyFailed:
 			st.Phase = corev1.PodFailed
 		case allDone && len(w.ctrs) > 0:
@@ -856,7 +939,11 @@ func (w *podWorker) publish(pod *corev1.Pod) {
 			notReady = "ContainersNotReady"
 		}
 		w.setCond(corev1.PodReadyToStartContainers, true, "", "")
-		w.setCond(corev1.PodInitialized, true, "", "")
+		if w.initialized || len(pod.Spec.InitContainers) == 0 {
+			w.setCond(corev1.PodInitialized, true, "", "")
+		} else {
+			w.setCond(corev1.PodInitialized, false, "ContainersNotInitialized", "containers with incomplete status: init containers not done")
+		}
 		w.setCond(corev1.PodReady, allReady, notReady, "")
 		w.setCond(corev1.ContainersReady, allReady, notReady, "")
 		order = []corev1.PodConditionType{corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.PodReady, corev1.ContainersReady, corev1.PodScheduled}

@@ -967,7 +967,8 @@ func describeRecord(r SyncRecord) string {
 }
 
 // relatedKinds maps the resources a customize hook may name to their kind.
-var relatedKinds = map[string]string{"secrets": "Secret", "persistentvolumeclaims": "PersistentVolumeClaim", "etcdclusters": "EtcdCluster", "etcdbackups": "EtcdBackup"}
+var relatedKinds = map[string]string{"secrets": "Secret", "persistentvolumeclaims": "PersistentVolumeClaim",
+	"etcdclusters": "EtcdCluster", "etcdbackups": "EtcdBackup", "etcdrestores": "EtcdRestore"}
 
 func (mc *Metacontroller) isRelatedType(typ string) bool {
 	mc.mu.Lock()
@@ -977,7 +978,8 @@ func (mc *Metacontroller) isRelatedType(typ string) bool {
 
 // related asks the customize hook what to relate and collects it, as
 // Metacontroller does with hook version v1: objects of the parent's own
-// namespace, keyed by type and then by name.
+// namespace, keyed by type and then by name, chosen by names or by a label
+// selector (an empty one selects every object), never both.
 func (mc *Metacontroller) related(ctx context.Context, parent Object) (map[string]map[string]Object, error) {
 	body := mustJSON(map[string]any{"controller": mc.ctrl, "parent": parent})
 	ctx, cancel := context.WithTimeout(ctx, mc.cfg.Timeout)
@@ -1001,7 +1003,8 @@ func (mc *Metacontroller) related(ctx context.Context, parent Object) (map[strin
 			APIVersion string   `json:"apiVersion"`
 			Resource   string   `json:"resource"`
 			Namespace  string   `json:"namespace"`
-			Names      []string `json:"names"`
+			Names         []string       `json:"names"`
+			LabelSelector map[string]any `json:"labelSelector"`
 		} `json:"relatedResources"`
 	}
 	if err := json.Unmarshal(data, &out); err != nil {
@@ -1017,6 +1020,9 @@ func (mc *Metacontroller) related(ctx context.Context, parent Object) (map[strin
 		if r.Namespace != "" && r.Namespace != ns {
 			return nil, fmt.Errorf("customize hook: namespace %q differs from the parent's (hook version v1)", r.Namespace)
 		}
+		if len(r.Names) > 0 && r.LabelSelector != nil {
+			return nil, fmt.Errorf("customize hook: %s: names and labelSelector are exclusive", r.Resource)
+		}
 		typ := kind + "." + r.APIVersion
 		mc.mu.Lock()
 		if mc.relatedTypes == nil {
@@ -1031,7 +1037,13 @@ func (mc *Metacontroller) related(ctx context.Context, parent Object) (map[strin
 		}
 		for _, obj := range mc.api.List(typ, ns) {
 			name := nestedString(obj, "metadata", "name")
-			if len(r.Names) == 0 || containsString(r.Names, name) {
+			var match bool
+			if r.LabelSelector != nil {
+				match = matchLabelSelector(r.LabelSelector, stringMap(nestedMap(obj, "metadata", "labels")))
+			} else {
+				match = containsString(r.Names, name)
+			}
+			if match {
 				m[name] = obj
 			}
 		}

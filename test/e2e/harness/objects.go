@@ -20,6 +20,7 @@ const (
 	TypePDB         = "PodDisruptionBudget.policy/v1"
 	TypeEtcdCluster = "EtcdCluster.etcd.database.coreos.com/v1beta2"
 	TypeEtcdBackup  = "EtcdBackup.etcd.database.coreos.com/v1beta2"
+	TypeEtcdRestore = "EtcdRestore.etcd.database.coreos.com/v1beta2"
 	TypeSecret      = "Secret.v1"
 
 	// LabelControllerUID is the label Metacontroller's generateSelector puts on children.

@@ -22,6 +22,12 @@ import (
 //     image that cannot be pulled (ErrImagePull, then ImagePullBackOff);
 //   - command[0] with base name etcd, etcdctl or etcdutl runs that binary of
 //     the image's version; no command means the image's entrypoint, etcd;
+//   - in an etcd image, a command[0] named etcd-hook under one of the
+//     container's volumeMounts runs that file from the volume (this
+//     project's static binary, copied there by a restore's first init
+//     container), and an argument naming /usr/local/bin/etcd, etcdctl or
+//     etcdutl, alone or as a --flag= value, becomes that binary of the
+//     image's version, as the image's own files would be;
 //   - $(VAR) in command, args and env values is expanded as the kubelet does,
 //     $$ escapes it, unknown references stay as written;
 //   - a value that starts with a volumeMount's mountPath is moved to the host
@@ -130,9 +136,20 @@ func planContainer(pc podContext, c *corev1.Container) (*launch, error) {
 	for _, a := range append(append([]string{}, c.Command...), c.Args...) {
 		argv = append(argv, expandVars(a, lookup))
 	}
+	mounts, err := mountMap(pc, c)
+	if err != nil {
+		return nil, err
+	}
 	bin := etcdBin
 	if len(c.Command) > 0 {
 		switch base := path.Base(argv[0]); {
+		case ver != "" && base == "etcd-hook" && inVolume(argv[0], c.VolumeMounts):
+			// This project's static binary, copied into a volume by an
+			// earlier container, run in an etcd image.
+			bin = rewritePath(argv[0], mounts)
+			if err := executable(bin); err != nil {
+				return nil, fmt.Errorf("%w: %s: %w", errContainerConfig, argv[0], err)
+			}
 		case ver == "" && base == "etcd-hook":
 		case ver == "":
 			return nil, fmt.Errorf("%w: command %q: the etcd-hook image runs only /etcd-hook", errContainerConfig, argv[0])
@@ -146,12 +163,18 @@ func planContainer(pc podContext, c *corev1.Container) (*launch, error) {
 		}
 		argv = argv[1:]
 	}
-	mounts, err := mountMap(pc, c)
-	if err != nil {
-		return nil, err
-	}
 	args := make([]string, len(argv))
 	for i, a := range argv {
+		if ver != "" {
+			mapped, err := imageBinaryArg(a, pc.binDir, ver)
+			if err != nil {
+				return nil, err
+			}
+			if mapped != a {
+				args[i] = mapped // a host path already
+				continue
+			}
+		}
 		args[i] = rewriteArg(a, mounts, pc.ip, pc.lo)
 		if i > 0 && isListenFlag(argv[i-1]) && !strings.Contains(argv[i-1], "=") {
 			args[i] = bindListenURLs(rewritePath(a, mounts), pc.ip, pc.lo)
@@ -408,4 +431,38 @@ func bindListenURLs(v string, ip, lo netip.Addr) string {
 		}
 	}
 	return strings.Join(out, ",")
+}
+
+// imageBinaries are the etcd image's own binaries, by path in the image.
+var imageBinaries = map[string]string{"/usr/local/bin/etcd": "etcd", "/usr/local/bin/etcdctl": "etcdctl", "/usr/local/bin/etcdutl": "etcdutl"}
+
+// imageBinaryArg rewrites an argument that names one of the etcd image's
+// binaries, alone or as a flag's value, to that binary of the image's
+// version: a program in the image (our restore step) runs the image's
+// etcdutl by its path there.
+func imageBinaryArg(a, binDir, ver string) (string, error) {
+	prefix, value := "", a
+	if i := strings.IndexByte(a, '='); i >= 0 && strings.HasPrefix(a, "-") {
+		prefix, value = a[:i+1], a[i+1:]
+	}
+	base, ok := imageBinaries[value]
+	if !ok {
+		return a, nil
+	}
+	bin := filepath.Join(binDir, base+"-"+ver)
+	if err := executable(bin); err != nil {
+		return "", fmt.Errorf("%w: %s not in the image of version %s: %w", errContainerConfig, value, ver, err)
+	}
+	return prefix + bin, nil
+}
+
+// inVolume reports a path under one of the container's volumeMounts.
+func inVolume(p string, mounts []corev1.VolumeMount) bool {
+	for _, m := range mounts {
+		dir := path.Clean(m.MountPath)
+		if dir != "/" && strings.HasPrefix(path.Clean(p), dir+"/") {
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/internal/s3test"
+	"github.com/etcdhook/etcd-hook/test/e2e/harness"
+)
+
+// RestoreHeader is the restore table of BENCHMARKS.md.
+const RestoreHeader = "| database | wall: EtcdRestore to 3 ready | floor | download | etcdutl restore | members start-to-ready (n) | ratio |\n|---|---|---|---|---|---|---|\n"
+
+// TestRestoreBenchReport measures a restore of a database of 256 MiB into
+// a cluster of 3 against its floor, measured in the same run: one
+// download of the object from the same S3 server, one etcdutl snapshot
+// restore of it, and each new member's start-to-ready as the kubelet saw
+// it. The wall time runs from the EtcdRestore's creation to the cluster
+// running at 3 on the restored data. Run with BENCH_REPORT=1 (make bench).
+func TestRestoreBenchReport(t *testing.T) {
+	if os.Getenv("BENCH_REPORT") == "" {
+		t.Skip("set BENCH_REPORT=1 (make bench) to measure")
+	}
+	const dbSize = 256 << 20
+	root, err := etcdtest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdutl := filepath.Join(root, "bin", "etcdutl-v"+etcdtest.Version36)
+
+	// The database: 1 MiB values into a member of its own, snapshotted the
+	// way an EtcdBackup does, and stored in S3.
+	src := etcdtest.StartCluster(t, etcdtest.Options{Size: 1, Version: etcdtest.Version36,
+		ExtraArgs: []string{"--quota-backend-bytes=4294967296", "--unsafe-no-fsync"}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: src.Endpoints(), DialTimeout: 5 * time.Second, MaxCallSendMsgSize: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	value := strings.Repeat("x", 1<<20)
+	ctx := context.Background()
+	for i := 0; i < dbSize>>20; i++ {
+		if _, err := cli.Put(ctx, fmt.Sprintf("/bench/%06d", i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "snapshot.db")
+	rc, err := cli.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, err := f.ReadFrom(rc)
+	_ = rc.Close()
+	_ = f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s3 := s3test.Start(t)
+	s3.CreateBucket(t, backupBucket)
+	mc, err := minio.New(strings.TrimPrefix(s3.URL, "http://"), &minio.Options{
+		Creds: credentials.NewStaticV4(s3test.AccessKey, s3test.SecretKey, ""), Region: s3test.Region, BucketLookup: minio.BucketLookupPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mc.FPutObject(ctx, backupBucket, "bench/256.db", snap, minio.PutObjectOptions{PartSize: 8 << 20}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The floor's parts that happen outside Pods.
+	start := time.Now()
+	if err := mc.FGetObject(ctx, backupBucket, "bench/256.db", filepath.Join(dir, "downloaded.db"), minio.GetObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	download := time.Since(start)
+	start = time.Now()
+	if out, err := exec.Command(etcdutl, "snapshot", "restore", filepath.Join(dir, "downloaded.db"), "--data-dir", filepath.Join(dir, "restored"),
+		"--name", "m", "--initial-cluster", "m=http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+		"--bump-revision", "1000000000", "--mark-compacted").CombinedOutput(); err != nil {
+		t.Fatalf("etcdutl snapshot restore: %v\n%s", err, out)
+	}
+	restore := time.Since(start)
+
+	s := newFaultScenario(t, harness.Options{Restores: true, ClusterCustomize: true})
+	s.create("setup", faultVersion, 3)
+	b := &backupScenario{scenario: s, s3: s3}
+	b.createSecret("aws", s3test.AccessKey, s3test.SecretKey)
+
+	start = time.Now()
+	b.applyRestore(exampleName, b.restoreSpec(exampleName, "bench/256.db"))
+	var done time.Time
+	err = s.env.WaitFor(10*time.Minute, "the restore completed", func() (bool, string) {
+		v := b.restoreView(exampleName)
+		if v.Cluster.Restore.Phase == "Completed" {
+			done = time.Now()
+			return true, ""
+		}
+		return false, fmt.Sprintf("%+v", v.Cluster.Restore)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The status turns Completed at the first sync after the third member
+	// is Ready; the wall ends at that member's readiness, as the kubelet saw
+	// it, so that polling does not count.
+	wall := done.Sub(start)
+	var lastReady time.Time
+	for _, r := range s.env.Kubelet.ContainerRuns() {
+		if r.Namespace == ns && strings.HasPrefix(r.Pod, exampleName+"-") && r.Started.After(start) && !r.Ready.IsZero() && r.Ready.After(lastReady) {
+			lastReady = r.Ready
+		}
+	}
+	if !lastReady.IsZero() && lastReady.Before(done) {
+		wall = lastReady.Sub(start)
+	}
+	starts, n := Floor(s.env.Kubelet, s.c, start, done)
+	floor := download + restore + starts
+	r := float64(wall) / float64(floor)
+	line := fmt.Sprintf("| %d MiB | %s | %s | %s | %s | %s (%d) | %.2f |", size>>20, round(wall), round(floor), round(download), round(restore), round(starts), n, r)
+	appendTableLine(t, "restore", RestoreHeader, line, func() (string, error) { return fromModuleRoot(os.Getenv("BENCH_RESTORE_FILE")) })
+	if n != 3 {
+		t.Errorf("the floor counts %d member starts, want the 3 members of the restored cluster", n)
+	}
+	if r > 1.5 {
+		t.Errorf("restore of %d MiB into 3 members: %s, %.2f× the floor of %s (want at most 1.5×)", size>>20, round(wall), r, round(floor))
+	}
+}
