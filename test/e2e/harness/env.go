@@ -64,9 +64,9 @@ type Env struct {
 	// RestoreMC runs the EtcdRestore controller, with Options.Restores.
 	RestoreMC *Metacontroller
 	Kubelet   *Kubelet
-	Proxy    *FaultProxy
-	Hook     *HookProcess // nil when Options.HookURL is used
-	Procs    *ProcTable
+	Proxy     *FaultProxy
+	Hook      *HookProcess // nil when Options.HookURL is used
+	Procs     *ProcTable
 
 	ctx       context.Context
 	cancel    context.CancelFunc

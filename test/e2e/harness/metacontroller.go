@@ -1000,9 +1000,9 @@ func (mc *Metacontroller) related(ctx context.Context, parent Object) (map[strin
 	}
 	var out struct {
 		RelatedResources []struct {
-			APIVersion string   `json:"apiVersion"`
-			Resource   string   `json:"resource"`
-			Namespace  string   `json:"namespace"`
+			APIVersion    string         `json:"apiVersion"`
+			Resource      string         `json:"resource"`
+			Namespace     string         `json:"namespace"`
 			Names         []string       `json:"names"`
 			LabelSelector map[string]any `json:"labelSelector"`
 		} `json:"relatedResources"`
