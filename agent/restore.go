@@ -335,9 +335,10 @@ func download(ctx context.Context, opts FetchOptions, src snapshotSource, log *s
 	if stored.size >= 0 && v.Size() != stored.size {
 		return got, fmt.Errorf("download %s: it ended after %d of its %d bytes", name, v.Size(), stored.size)
 	}
-	if err := out.Sync(); err != nil {
-		return got, fmt.Errorf("write the snapshot: %w", err)
-	}
+	// No fsync: the snapshot is not the member's data. A file torn by a
+	// crash fails the full re-check a rerun makes before reusing it (see
+	// reuse), and etcd's own tool checks the trailer again as it restores.
+	// Syncing hundreds of MiB would only delay the restore.
 	if err := out.Close(); err != nil {
 		return got, fmt.Errorf("write the snapshot: %w", err)
 	}
@@ -350,9 +351,6 @@ func download(ctx context.Context, opts FetchOptions, src snapshotSource, log *s
 		return got, fmt.Errorf("remove the record of an earlier fetch: %w", err)
 	}
 	if err := os.Rename(out.Name(), opts.Snapshot); err != nil {
-		return got, fmt.Errorf("write the snapshot: %w", err)
-	}
-	if err := syncDir(dir); err != nil {
 		return got, fmt.Errorf("write the snapshot: %w", err)
 	}
 	return got, nil
