@@ -283,14 +283,19 @@ func newClientFor(endpoints []string, opts ...grpc.DialOption) (*clientv3.Client
 
 // WriteResult writes the result where the kubelet reads the termination
 // message.
-func WriteResult(path string, r Result) error {
-	data, err := json.Marshal(r)
+func WriteResult(path string, r Result) error { return writeTerminationMessage(path, &r, &r.Reason) }
+
+// writeTerminationMessage writes v as JSON where the kubelet reads the
+// termination message, shortening *reason when the whole would pass the
+// kubelet's 4096 bytes: the hook must be able to parse what it reads.
+func writeTerminationMessage(path string, v any, reason *string) error {
+	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	if len(data) > 4000 {
-		r.Reason = r.Reason[:min(len(r.Reason), 1000)] + "…"
-		data, _ = json.Marshal(r)
+		*reason = (*reason)[:min(len(*reason), 1000)] + "…"
+		data, _ = json.Marshal(v)
 	}
 	return os.WriteFile(path, data, 0o644)
 }

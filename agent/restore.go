@@ -71,15 +71,7 @@ func (r RestoreResult) ExitCode() int {
 // WriteRestoreResult writes r where the kubelet reads the termination
 // message.
 func WriteRestoreResult(path string, r RestoreResult) error {
-	data, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	if len(data) > 4000 {
-		r.Reason = r.Reason[:min(len(r.Reason), 1000)] + "…"
-		data, _ = json.Marshal(r)
-	}
-	return os.WriteFile(path, data, 0o644)
+	return writeTerminationMessage(path, &r, &r.Reason)
 }
 
 // unusableError marks a failure as the backup's own: another attempt would

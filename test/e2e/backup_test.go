@@ -258,21 +258,7 @@ func (b *backupScenario) checkRestore(st BackupStatus) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	want := b.w.AckedUpTo(st.EtcdRevision)
-	resp, err := cli.Get(context.Background(), b.w.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]bool{}
-	for _, kv := range resp.Kvs {
-		got[string(kv.Key)] = true
-	}
-	var missing []string
-	for _, k := range want {
-		if !got[k] {
-			missing = append(missing, k)
-		}
-	}
+	want, missing := ackedMissing(t, cli, b.w, st.EtcdRevision)
 	if len(want) == 0 || len(missing) > 0 {
 		t.Errorf("restored backup at revision %d: %d writes acknowledged up to it, %d missing: %v", st.EtcdRevision, len(want), len(missing), missing[:min(len(missing), 5)])
 	}
@@ -327,4 +313,27 @@ func (b *backupScenario) objectSHA256(key string) string {
 		b.t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ackedMissing lists the writes the writer had acknowledged at or before
+// rev, and those of them cli cannot read.
+func ackedMissing(t *testing.T, cli *clientv3.Client, w *Writer, rev int64) (want, missing []string) {
+	t.Helper()
+	want = w.AckedUpTo(rev)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, w.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		got[string(kv.Key)] = true
+	}
+	for _, k := range want {
+		if !got[k] {
+			missing = append(missing, k)
+		}
+	}
+	return want, missing
 }

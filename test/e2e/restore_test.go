@@ -342,7 +342,6 @@ func (b *backupScenario) disaster(backup BackupStatus) {
 	}
 
 	// Every write acknowledged at or before the backup's revision is there.
-	want := b.w.AckedUpTo(restored)
 	cli, err := NewClient(b.c.ServiceURL())
 	if err != nil {
 		t.Fatal(err)
@@ -350,20 +349,7 @@ func (b *backupScenario) disaster(backup BackupStatus) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(b.env.Ctx(), 10*time.Second)
 	defer cancel()
-	resp, err := cli.Get(ctx, b.w.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]bool{}
-	for _, kv := range resp.Kvs {
-		got[string(kv.Key)] = true
-	}
-	var missing []string
-	for _, k := range want {
-		if !got[k] {
-			missing = append(missing, k)
-		}
-	}
+	want, missing := ackedMissing(t, cli, b.w, restored)
 	if len(want) == 0 || len(missing) > 0 {
 		t.Errorf("disaster: %d writes acknowledged up to revision %d, %d missing: %v", len(want), restored, len(missing), missing[:min(len(missing), 5)])
 	}

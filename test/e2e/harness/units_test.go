@@ -174,7 +174,7 @@ func TestExpandVars(t *testing.T) {
 
 func TestPlanContainer(t *testing.T) {
 	bin := t.TempDir()
-	for _, f := range []string{"etcd-v3.6.16", "etcdctl-v3.6.16"} {
+	for _, f := range []string{"etcd-v3.6.16", "etcdctl-v3.6.16", "etcdutl-v3.6.16"} {
 		if err := os.WriteFile(filepath.Join(bin, f), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -232,6 +232,31 @@ func TestPlanContainer(t *testing.T) {
 	c.Command = []string{"/bin/sh", "-c", "etcd"}
 	if _, err := planContainer(pc, c); !errors.Is(err, errContainerConfig) {
 		t.Errorf("shell command: err = %v, want errContainerConfig", err)
+	}
+
+	// A restore's second init container: our binary, copied into a volume,
+	// runs in the etcd image and names the image's etcdutl by its path.
+	tools := t.TempDir()
+	if err := os.WriteFile(filepath.Join(tools, "etcd-hook"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pc.volumes["restore-tools"] = tools
+	restore := &corev1.Container{
+		Name: "restore", Image: "quay.io/coreos/etcd:v3.6.16",
+		Command:      []string{"/restore-tools/etcd-hook", "restore", "apply", "--etcdutl=/usr/local/bin/etcdutl", "--data-dir=/var/etcd/data"},
+		VolumeMounts: []corev1.VolumeMount{{Name: "etcd-data", MountPath: "/var/etcd"}, {Name: "restore-tools", MountPath: "/restore-tools"}},
+	}
+	got, err = planContainer(pc, restore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantArgs := []string{"restore", "apply", "--etcdutl=" + filepath.Join(bin, "etcdutl-v3.6.16"), "--data-dir=/host/pv1/data"}
+	if got.Binary != filepath.Join(tools, "etcd-hook") || !cmp.Equal(got.Args, wantArgs) {
+		t.Errorf("restore step: %s %v, want %s %v", got.Binary, got.Args, filepath.Join(tools, "etcd-hook"), wantArgs)
+	}
+	restore.Command[0] = "/elsewhere/etcd-hook"
+	if _, err := planContainer(pc, restore); !errors.Is(err, errContainerConfig) {
+		t.Errorf("etcd-hook outside a volume in an etcd image: err = %v, want errContainerConfig", err)
 	}
 }
 
