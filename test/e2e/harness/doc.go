@@ -103,8 +103,14 @@
 // requires a selecting headless Service, and readiness unless it publishes
 // not-ready addresses, as Kubernetes does). Inside a Pod 0.0.0.0 means the
 // Pod's IP, so listen URLs are bound to it; 127.0.0.1 and localhost in listen
-// URLs become a second address private to the Pod. Init containers, exec and
-// gRPC probes, envFrom, secret/configMap/hostPath volumes and commands other
-// than etcd, etcdctl or etcdutl are not supported and show up as Pod events
-// and container errors.
+// URLs become a second address private to the Pod. Init containers run in
+// order, each to a successful exit, before the app containers (a failing one
+// is restarted with the same backoff, and reported with its exit code and
+// termination message); a Pod sandbox is never restarted, so they never run
+// twice. Secret volumes are written once, at scheduling; an optional Secret
+// that does not exist mounts empty. A PVC's readOnly is not enforced. Exec
+// and gRPC probes, envFrom, configMap/hostPath volumes and commands other
+// than etcd, etcdctl, etcdutl and this project's etcd-hook (in its image, or
+// copied into a volume) are not supported and show up as Pod events and
+// container errors.
 package harness
