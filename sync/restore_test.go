@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -390,5 +391,52 @@ func TestBornFromBackupSequence(t *testing.T) {
 	o.Membership = membership(1, member(1, seed))
 	if d = Plan(o); d.Action == nil || d.Action.Type != ActionAddMember {
 		t.Fatalf("sync 4: action %v, want a learner added", d.Action)
+	}
+}
+
+// TestDisasterRecoveryPolicy: a cluster that lost every member names its
+// newest backup in status; only with autoRestore does it restore it, once
+// per loss, from the EtcdBackup's own store and sha256.
+func TestDisasterRecoveryPolicy(t *testing.T) {
+	nightly := &v1beta2.EtcdBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: testNS},
+		Spec: v1beta2.BackupSpec{ClusterName: testCluster, StorageType: v1beta2.BackupStorageS3,
+			S3: &v1beta2.S3BackupSource{Path: "backups/demo.db", AWSSecret: "aws", Endpoint: "http://s3.example:7070"}},
+		Status: v1beta2.BackupStatus{LastBackup: &v1beta2.StoredBackup{Location: "s3://backups/demo.db_v4711_20261122T070000Z",
+			SHA256: "abc", Revision: 4711, EtcdVersion: "3.6.16", Time: metav1.NewTime(testNow.Add(-time.Hour))}},
+	}
+	lost := func(auto bool) *Observed {
+		o := apply(observed(newCluster(3, "3.6.16")), withRecord(record(firstSeed, true)), servicesLeft)
+		o.Backups = map[string]*v1beta2.EtcdBackup{"nightly": nightly}
+		o.Cluster.Spec.DisasterRecovery = &v1beta2.DisasterRecoveryPolicy{AutoRestore: auto}
+		return o
+	}
+	autoSeed := SeedName(testCluster, testUID+"/restore/autoRestore/"+firstSeed)
+
+	d := Plan(lost(false))
+	if pods := podsIn(d.Children); len(pods) != 0 {
+		t.Errorf("without autoRestore: Pods %v, want none", pods)
+	}
+	if nb := d.Status.NewestBackup; nb == nil || nb.EtcdBackup != "nightly" || nb.Revision != 4711 {
+		t.Errorf("status.newestBackup = %+v, want nightly at 4711", nb)
+	}
+	if msg := conditionOf(d.Status, v1beta2.ConditionDegraded).Message; !strings.Contains(msg, "s3://backups/demo.db_v4711_20261122T070000Z") ||
+		!strings.Contains(msg, "revision 4711") || !strings.Contains(msg, "1h0m0s ago") {
+		t.Errorf("the loss's message does not name the backup, its revision and age: %q", msg)
+	}
+
+	d = Plan(lost(true))
+	pod := renderedPod(d.Children, autoSeed)
+	if pod == nil {
+		t.Fatalf("with autoRestore: Pods %v, want the restore seed %s", podsIn(d.Children), autoSeed)
+	}
+	args := strings.Join(pod.Spec.InitContainers[0].Args, " ")
+	for _, w := range []string{"--s3-path=backups/demo.db_v4711_20261122T070000Z", "--sha256=abc", "--s3-endpoint=http://s3.example:7070"} {
+		if !strings.Contains(args, w) {
+			t.Errorf("fetch args %q lack %q", args, w)
+		}
+	}
+	if r := d.Status.Restore; r == nil || r.Request != "autoRestore/"+firstSeed || r.Revision != 4711 || r.BackupTime == nil {
+		t.Errorf("status.restore = %+v, want the automatic request with the backup's revision and time", r)
 	}
 }
