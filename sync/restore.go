@@ -268,8 +268,13 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 		t := req.backup.Time
 		status.BackupTime = &t
 	}
+	// What the seed fetched wins over what the request resolves to now: an
+	// EtcdBackup may have taken a newer backup since the seed started.
 	if fetch.result.Revision != 0 {
 		status.Revision = fetch.result.Revision
+	}
+	if strings.HasPrefix(fetch.result.Source, "s3://") {
+		status.Location = fetch.result.Source
 	}
 	if fetch.result.EtcdVersion != "" {
 		status.EtcdVersion = fetch.result.EtcdVersion
@@ -302,6 +307,11 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 		}}
 		if fetch.result.SHA256 != "" {
 			rec.Restore.Source.SHA256 = fetch.result.SHA256
+		}
+		if src := rec.Restore.Source; src.S3 != nil && strings.HasPrefix(fetch.result.Source, "s3://") {
+			s3 := *src.S3
+			s3.Path = strings.TrimPrefix(fetch.result.Source, "s3://")
+			rec.Restore.Source.S3 = &s3
 		}
 		if p.rec != nil && p.rec.Bootstrapped {
 			rec.RecreatedFrom = p.rec.SeedMember
@@ -466,6 +476,7 @@ func ExcludedFromMembership(o *Observed) map[string]bool {
 // import this one.
 type fetchResult struct {
 	Reason      string `json:"reason"`
+	Source      string `json:"source"`
 	SHA256      string `json:"sha256"`
 	Revision    int64  `json:"revision"`
 	EtcdVersion string `json:"etcdVersion"`
