@@ -554,15 +554,20 @@ func (w *podWorker) schedule(pod *corev1.Pod) bool {
 	return true
 }
 
-func (w *podWorker) ctr(name string) *ctrState {
-	for _, c := range w.ctrs {
+func (w *podWorker) ctr(name string) *ctrState { return w.ctrIn(&w.ctrs, name) }
+
+func (w *podWorker) initCtr(name string) *ctrState { return w.ctrIn(&w.inits, name) }
+
+// ctrIn finds the container in list, or adds it.
+func (w *podWorker) ctrIn(list *[]*ctrState, name string) *ctrState {
+	for _, c := range *list {
 		if c.name == name {
 			return c
 		}
 	}
 	c := &ctrState{name: name, run: -1}
 	w.mu.Lock()
-	w.ctrs = append(w.ctrs, c)
+	*list = append(*list, c)
 	w.mu.Unlock()
 	return c
 }
@@ -624,19 +629,6 @@ func (w *podWorker) syncInit(pod *corev1.Pod) bool {
 	}
 	w.initialized = true
 	return true
-}
-
-func (w *podWorker) initCtr(name string) *ctrState {
-	for _, c := range w.inits {
-		if c.name == name {
-			return c
-		}
-	}
-	c := &ctrState{name: name, run: -1}
-	w.mu.Lock()
-	w.inits = append(w.inits, c)
-	w.mu.Unlock()
-	return c
 }
 
 // all is every container of the Pod, init containers first.
