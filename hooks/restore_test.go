@@ -21,7 +21,7 @@ func TestRestoreRoutes(t *testing.T) {
 			`{"parent":{"apiVersion":"etcd.database.coreos.com/v1beta2","kind":"EtcdCluster","metadata":{"name":"demo","namespace":"prod"},"spec":{"size":3}}}`,
 			"the EtcdRestore named after the cluster, and every EtcdBackup of its namespace", 200,
 			`{"relatedResources":[{"apiVersion":"etcd.database.coreos.com/v1beta2","resource":"etcdrestores","namespace":"prod","names":["demo"]},` +
-				`{"apiVersion":"etcd.database.coreos.com/v1beta2","resource":"etcdbackups","namespace":"prod","labelSelector":{}}]}`},
+				`{"apiVersion":"etcd.database.coreos.com/v1beta2","resource":"etcdbackups","labelSelector":{}}]}`},
 		{"restore customize", "/restore/customize",
 			`{"parent":{"apiVersion":"etcd.database.coreos.com/v1beta2","kind":"EtcdRestore","metadata":{"name":"demo","namespace":"prod"},"spec":{"etcdCluster":{"name":"demo"},"backupStorageType":"S3","s3":{"path":"b/k","awsSecret":"aws"}}}}`,
 			"the cluster and the Secret, by name", 200,

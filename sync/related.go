@@ -13,7 +13,7 @@ import (
 type RelatedResource struct {
 	APIVersion    string                `json:"apiVersion"`
 	Resource      string                `json:"resource"`
-	Namespace     string                `json:"namespace"`
+	Namespace     string                `json:"namespace,omitempty"`
 	Names         []string              `json:"names,omitempty"`
 	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
 }
@@ -23,9 +23,15 @@ type RelatedResource struct {
 // of its namespace, whose status says which backups of the cluster exist
 // (an empty selector: which of them back up this cluster is in their
 // spec, not in a label).
+//
+// Metacontroller refuses a rule with a label selector and a namespace (or
+// names), failing every sync of the parent; a selector rule of a
+// namespaced parent selects in the parent's namespace by itself. A rule by
+// names needs the namespace: without one, Metacontroller looks in every
+// namespace.
 func Related(c *v1beta2.EtcdCluster) []RelatedResource {
 	return []RelatedResource{
 		{APIVersion: v1beta2.APIVersion, Resource: "etcdrestores", Namespace: c.Namespace, Names: []string{c.Name}},
-		{APIVersion: v1beta2.APIVersion, Resource: "etcdbackups", Namespace: c.Namespace, LabelSelector: &metav1.LabelSelector{}},
+		{APIVersion: v1beta2.APIVersion, Resource: "etcdbackups", LabelSelector: &metav1.LabelSelector{}},
 	}
 }

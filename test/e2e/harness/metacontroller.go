@@ -1020,8 +1020,9 @@ func (mc *Metacontroller) related(ctx context.Context, parent Object) (map[strin
 		if r.Namespace != "" && r.Namespace != ns {
 			return nil, fmt.Errorf("customize hook: namespace %q differs from the parent's (hook version v1)", r.Namespace)
 		}
-		if len(r.Names) > 0 && r.LabelSelector != nil {
-			return nil, fmt.Errorf("customize hook: %s: names and labelSelector are exclusive", r.Resource)
+		if r.LabelSelector != nil && (len(r.Names) > 0 || r.Namespace != "") {
+			// As Metacontroller's customize manager: the sync fails.
+			return nil, fmt.Errorf("customize hook: %s: related rule cannot have both labelSelector and Namespace/Names", r.Resource)
 		}
 		typ := kind + "." + r.APIVersion
 		mc.mu.Lock()
