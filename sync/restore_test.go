@@ -1,7 +1,6 @@
 package sync
 
 import (
-	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -332,9 +331,8 @@ func TestExcludedFromMembership(t *testing.T) {
 	if got := ExcludedFromMembership(o); !cmp.Equal(got, want) {
 		t.Errorf("committed: excluded %v, want the old members", got)
 	}
-	raw, _ := json.Marshal(d.Status.Restore)
-	if !strings.Contains(string(raw), `"revision":0`) && d.Status.Restore.Message == "" {
-		t.Errorf("status.restore says nothing: %s", raw)
+	if r := d.Status.Restore; r == nil || r.Phase != v1beta2.RestoreRestoring || r.RestoredAt == nil {
+		t.Errorf("committed: status.restore = %+v, want Restoring with the time the fetch verified", r)
 	}
 }
 

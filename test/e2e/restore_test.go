@@ -370,6 +370,14 @@ func (b *backupScenario) disaster(backup BackupStatus) {
 			t.Errorf("disaster: the watcher saw revision %d after the restore, having seen %d before", r, maxSeen)
 		}
 	}
+	// The README's exactly-once rule: the EtcdRestore deleted and the same
+	// manifest applied again (a new UID, the same backup) restores nothing.
+	members := b.world(b.c.PodNames())
+	b.applyRestore(exampleName, map[string]any{"etcdCluster": map[string]any{"name": exampleName}, "backup": map[string]any{"name": "nightly"}})
+	b.waitRestore(exampleName, 60*time.Second, "the same manifest applied again is refused", func(v restoreView) bool {
+		return v.Object.Phase == "Refused" && strings.Contains(v.Object.Reason, "restore-again")
+	})
+	b.checkWorld("the same EtcdRestore applied again", members, b.c.PodNames())
 	t.Logf("disaster: all 3 Pods deleted; restored from %s at revision %d in %s; %d acknowledged writes up to it present; watcher: max %d before, next %v",
 		backup.LastBackup.Location, restored, took.Round(100*time.Millisecond), len(want), maxSeen, watch.seen()[len(seenBefore):])
 }
