@@ -2,6 +2,7 @@ package etcdclient
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"slices"
 	"time"
@@ -19,6 +20,9 @@ import (
 type cluster struct {
 	conns     *conns
 	endpoints []string
+	// tlsID and tls are the client certificate, for https endpoints.
+	tlsID string
+	tls   *tls.Config
 	// statuses are what the members said in the last Membership.
 	statuses []endpointStatus
 }
@@ -29,7 +33,7 @@ type cluster struct {
 // few workers for as long as the hook waits on it, and a reachable one
 // connects in milliseconds.
 func (c *cluster) member(ctx context.Context, endpoint string, fn func(context.Context, *conn) error) error {
-	cn, err := c.conns.acquire(endpoint)
+	cn, err := c.conns.acquire(endpoint, c.tlsID, c.tls)
 	if err != nil {
 		return err
 	}

@@ -30,8 +30,9 @@ type Cluster interface {
 // Dialer hands out a Cluster for a set of member endpoints.
 type Dialer interface {
 	// Cluster returns the cluster reached through endpoints, the client
-	// URLs of its running members.
-	Cluster(endpoints []string) (Cluster, error)
+	// URLs of its running members. creds is the client certificate for
+	// members that serve TLS (https endpoints), nil for a plain cluster.
+	Cluster(endpoints []string, creds *ClientTLS) (Cluster, error)
 }
 
 // Timeouts. The sum of an observation and an action stays well under

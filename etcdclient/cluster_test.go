@@ -24,7 +24,7 @@ func dial(t *testing.T, endpoints []string) etcdclient.Cluster {
 	t.Helper()
 	pool := etcdclient.NewPool(0)
 	t.Cleanup(pool.Close)
-	c, err := pool.Cluster(endpoints)
+	c, err := pool.Cluster(endpoints, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package etcdclient
 
 import (
 	"container/list"
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	gosync "sync"
@@ -9,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -29,6 +31,9 @@ type conns struct {
 
 type conn struct {
 	endpoint string
+	// tlsID names the client certificate the connection was dialed with;
+	// "" for plain HTTP.
+	tlsID    string
 	cc       *grpc.ClientConn
 	users    int
 	lastUsed time.Time
@@ -41,23 +46,28 @@ func newConns(max int, idle time.Duration) *conns {
 }
 
 // acquire returns the endpoint's connection, dialing it if need be. The
-// dial itself is lazy: the first call on it connects.
-func (cs *conns) acquire(endpoint string) (*conn, error) {
+// dial itself is lazy: the first call on it connects. A connection made
+// with another client certificate than tlsID names (one rotated since) is
+// replaced: it would go on presenting the old certificate until it broke.
+func (cs *conns) acquire(endpoint, tlsID string, cfg *tls.Config) (*conn, error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	now := cs.now()
 	if el, ok := cs.byURL[endpoint]; ok {
 		c := el.Value.(*conn)
-		c.users++
-		c.lastUsed = now
-		cs.lru.MoveToFront(el)
-		return c, nil
+		if c.tlsID == tlsID {
+			c.users++
+			c.lastUsed = now
+			cs.lru.MoveToFront(el)
+			return c, nil
+		}
+		cs.dropLocked(el)
 	}
-	cc, err := dial(endpoint)
+	cc, err := dial(endpoint, cfg)
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{endpoint: endpoint, cc: cc, users: 1, lastUsed: now}
+	c := &conn{endpoint: endpoint, tlsID: tlsID, cc: cc, users: 1, lastUsed: now}
 	cs.byURL[endpoint] = cs.lru.PushFront(c)
 	cs.trim(now)
 	return c, nil
@@ -86,9 +96,19 @@ func (cs *conns) discard(c *conn) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if el, ok := cs.byURL[c.endpoint]; ok && el.Value.(*conn) == c {
-		cs.lru.Remove(el)
-		delete(cs.byURL, c.endpoint)
-		c.discarded = true
+		cs.dropLocked(el)
+	}
+}
+
+// dropLocked takes a connection out of the cache; it closes now if no
+// call uses it, or with its last user.
+func (cs *conns) dropLocked(el *list.Element) {
+	c := el.Value.(*conn)
+	cs.lru.Remove(el)
+	delete(cs.byURL, c.endpoint)
+	c.discarded = true
+	if c.users == 0 {
+		_ = c.cc.Close()
 	}
 }
 
@@ -135,18 +155,28 @@ func (cs *conns) len() int {
 // hold 64 MiB of buffers.
 const ioBufferBytes = 4 << 10
 
-func dial(endpoint string) (*grpc.ClientConn, error) {
+func dial(endpoint string, cfg *tls.Config) (*grpc.ClientConn, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("etcd endpoint %q: %w", endpoint, err)
 	}
-	if u.Scheme != "http" || u.Host == "" {
-		return nil, fmt.Errorf("etcd endpoint %q: want http://host:port", endpoint)
+	creds := insecure.NewCredentials()
+	switch {
+	case u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
+		return nil, fmt.Errorf("etcd endpoint %q: want http(s)://host:port", endpoint)
+	case u.Scheme == "https" && cfg == nil:
+		return nil, fmt.Errorf("etcd endpoint %q serves TLS, and no client certificate is configured for it", endpoint)
+	case u.Scheme == "https":
+		// The server name is the member's DNS name, which its server
+		// certificate must carry (*.<cluster>.<namespace>.svc).
+		tc := cfg.Clone()
+		tc.ServerName = u.Hostname()
+		creds = credentials.NewTLS(tc)
 	}
 	// passthrough: the name is resolved at each connect, so a Pod that
 	// comes back with a new IP is found on the next reconnect.
 	return grpc.NewClient("passthrough:///"+u.Host,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithReadBufferSize(ioBufferBytes),
 		grpc.WithWriteBufferSize(ioBufferBytes),
 		// gRPC's default reconnect backoff grows to 120 s. A member that

@@ -12,7 +12,7 @@ func TestConnsKeepAtMostMaxIdle(t *testing.T) {
 	cs := newConns(4, time.Hour)
 	t.Cleanup(cs.closeAll)
 	for i := range 10 {
-		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i))
+		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i), "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -22,7 +22,7 @@ func TestConnsKeepAtMostMaxIdle(t *testing.T) {
 		t.Errorf("%d connections kept, want 4", got)
 	}
 	// The most recent ones are kept.
-	c, _ := cs.acquire("http://m9.demo.ns.svc:2379")
+	c, _ := cs.acquire("http://m9.demo.ns.svc:2379", "", nil)
 	defer cs.release(c)
 	if got := cs.len(); got != 4 {
 		t.Errorf("reusing a kept connection dialed a new one: %d kept", got)
@@ -34,7 +34,7 @@ func TestConnsNeverCloseOneInUse(t *testing.T) {
 	t.Cleanup(cs.closeAll)
 	var held []*conn
 	for i := range 3 {
-		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i))
+		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i), "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,10 +59,10 @@ func TestConnsCloseIdleOnesAfterIdleTimeout(t *testing.T) {
 	t.Cleanup(cs.closeAll)
 	now := time.Now()
 	cs.now = func() time.Time { return now }
-	old, _ := cs.acquire("http://old.demo.ns.svc:2379")
+	old, _ := cs.acquire("http://old.demo.ns.svc:2379", "", nil)
 	cs.release(old)
 	now = now.Add(2 * time.Minute)
-	fresh, _ := cs.acquire("http://fresh.demo.ns.svc:2379")
+	fresh, _ := cs.acquire("http://fresh.demo.ns.svc:2379", "", nil)
 	cs.release(fresh)
 	if got := cs.len(); got != 1 {
 		t.Errorf("%d connections kept, want only the fresh one", got)
@@ -76,9 +76,9 @@ func TestDiscardedConnClosesWithItsLastUser(t *testing.T) {
 	cs := newConns(10, time.Hour)
 	t.Cleanup(cs.closeAll)
 	const ep = "http://m0.demo.ns.svc:2379"
-	c, _ := cs.acquire(ep)
+	c, _ := cs.acquire(ep, "", nil)
 	cs.discard(c)
-	again, _ := cs.acquire(ep)
+	again, _ := cs.acquire(ep, "", nil)
 	defer cs.release(again)
 	if again == c {
 		t.Fatal("a discarded connection was handed out again")
@@ -92,11 +92,18 @@ func TestDiscardedConnClosesWithItsLastUser(t *testing.T) {
 	}
 }
 
-func TestDialRefusesWhatIsNotPlainHTTP(t *testing.T) {
-	for _, ep := range []string{"https://m0.demo.ns.svc:2379", "m0.demo.ns.svc:2379", "http://"} {
-		if cc, err := dial(ep); err == nil {
+func TestDialRefusesWhatItCannotCall(t *testing.T) {
+	for _, tc := range []struct {
+		endpoint, reason string
+	}{
+		{"https://m0.demo.ns.svc:2379", "a member serving TLS, and no client certificate to call it with"},
+		{"m0.demo.ns.svc:2379", "no scheme"},
+		{"http://", "no host"},
+		{"unix:///run/etcd.sock", "not http(s)"},
+	} {
+		if cc, err := dial(tc.endpoint, nil); err == nil {
 			cc.Close()
-			t.Errorf("dial(%q) succeeded, want an error", ep)
+			t.Errorf("dial(%q) succeeded, want an error: %s", tc.endpoint, tc.reason)
 		}
 	}
 }

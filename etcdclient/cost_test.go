@@ -31,7 +31,7 @@ func TestConnectionCostReport(t *testing.T) {
 	for i := range n {
 		// One member, many endpoints: the cache keys connections by
 		// endpoint, and a path makes each its own.
-		c, err := pool.Cluster([]string{fmt.Sprintf("%s/%d", ec.Members[0].ClientURL, i)})
+		c, err := pool.Cluster([]string{fmt.Sprintf("%s/%d", ec.Members[0].ClientURL, i)}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

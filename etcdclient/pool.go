@@ -9,6 +9,7 @@ import (
 // one cache of connections, shared by endpoint.
 type Pool struct {
 	conns *conns
+	tls   *tlsConfigs
 }
 
 // Defaults of NewPool.
@@ -30,12 +31,20 @@ func NewPool(maxIdleConns int) *Pool {
 	if maxIdleConns <= 0 {
 		maxIdleConns = DefaultMaxIdleConns
 	}
-	return &Pool{conns: newConns(maxIdleConns, DefaultIdleTimeout)}
+	return &Pool{conns: newConns(maxIdleConns, DefaultIdleTimeout), tls: newTLSConfigs(maxIdleConns)}
 }
 
 // Cluster implements Dialer.
-func (p *Pool) Cluster(endpoints []string) (Cluster, error) {
-	return &cluster{conns: p.conns, endpoints: slices.Sorted(slices.Values(endpoints))}, nil
+func (p *Pool) Cluster(endpoints []string, creds *ClientTLS) (Cluster, error) {
+	c := &cluster{conns: p.conns, endpoints: slices.Sorted(slices.Values(endpoints))}
+	if creds != nil {
+		cfg, err := p.tls.get(creds)
+		if err != nil {
+			return nil, err
+		}
+		c.tlsID, c.tls = creds.ID, cfg
+	}
+	return c, nil
 }
 
 // Close closes every connection; calls in flight fail.

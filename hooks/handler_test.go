@@ -32,7 +32,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // may well claim to be running.
 type noEtcd struct{ t *testing.T }
 
-func (d noEtcd) Cluster(endpoints []string) (etcdclient.Cluster, error) {
+func (d noEtcd) Cluster(endpoints []string, _ *etcdclient.ClientTLS) (etcdclient.Cluster, error) {
 	if d.t != nil {
 		d.t.Errorf("unexpected etcd dial at %v", endpoints)
 	}

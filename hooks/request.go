@@ -107,9 +107,10 @@ func decode(body []byte, parentDecoded func(*sync.Observed)) (*sync.Observed, er
 }
 
 // decodeClusterRelated reads what the cluster's customize hook relates: the
-// EtcdRestore named after the cluster and the namespace's EtcdBackups. They
-// are the user's objects, not Metacontroller's: one that does not decode is
-// reported (an EtcdRestore) or passed over (an EtcdBackup), and never fails
+// EtcdRestore named after the cluster, the namespace's EtcdBackups and the
+// Secrets spec.TLS names. They are the user's objects, not Metacontroller's:
+// one that does not decode is reported (an EtcdRestore) or passed over (an
+// EtcdBackup; a Secret, which is then reported missing), and never fails
 // the sync of a running cluster.
 func decodeClusterRelated(o *sync.Observed, related map[string]map[string]json.RawMessage) {
 	if raw, ok := related[RelatedRestores][o.Cluster.Name]; ok {
@@ -123,6 +124,15 @@ func decodeClusterRelated(o *sync.Observed, related map[string]map[string]json.R
 			o.RestoreRequestError = "the EtcdRestore does not decode: " + err.Error()
 		}
 		o.RestoreRequest = &r
+	}
+	for name, raw := range related[RelatedSecrets] {
+		var secret corev1.Secret
+		if json.Unmarshal(raw, &secret) == nil {
+			if o.Secrets == nil {
+				o.Secrets = map[string]*corev1.Secret{}
+			}
+			o.Secrets[name] = &secret
+		}
 	}
 	for name, raw := range related[RelatedBackups] {
 		var b v1beta2.EtcdBackup

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,11 +23,12 @@ func (r *Reconciler) Prepare(ctx context.Context, o *sync.Observed) context.Cont
 		return ctx
 	}
 	endpoints := make([]string, 0, len(o.Cluster.Status.Members.Ready))
+	addr := sync.AddressesOf(o.Cluster)
 	for _, name := range o.Cluster.Status.Members.Ready {
-		endpoints = append(endpoints, clientURL(o.Cluster, name))
+		endpoints = append(endpoints, addr.ClientURL(name))
 	}
 	slices.Sort(endpoints)
-	cluster, err := r.Dialer.Cluster(endpoints)
+	cluster, err := r.Dialer.Cluster(endpoints, operatorCredentials(o))
 	if err != nil {
 		return ctx
 	}
@@ -61,13 +63,26 @@ func runningEndpoints(o *sync.Observed) []string {
 	excluded := sync.ExcludedFromMembership(o)
 	for name, pod := range o.Pods {
 		if pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil && !excluded[name] {
-			endpoints = append(endpoints, clientURL(o.Cluster, name))
+			endpoints = append(endpoints, sync.MemberClientURL(o.Cluster, pod))
 		}
 	}
 	slices.Sort(endpoints)
 	return endpoints
 }
 
-func clientURL(c *v1beta2.EtcdCluster, member string) string {
-	return sync.ClientURL(member, c.Name, c.Namespace, c.Spec.Pod.ClusterDomainSuffix())
+// operatorCredentials is the client certificate of spec.TLS's
+// operatorSecret, as the sync request carries it, or nil. Its ID changes
+// with the Secret's resourceVersion, so a rotated certificate is dialed
+// with on the next sync; a Secret that is missing or lacks a key gives
+// none, and the https members then fail to answer (the planner says why).
+func operatorCredentials(o *sync.Observed) *etcdclient.ClientTLS {
+	name := o.Cluster.Spec.TLS.OperatorSecret()
+	s, ok := o.Secrets[name]
+	if name == "" || !ok {
+		return nil
+	}
+	return &etcdclient.ClientTLS{
+		ID:   fmt.Sprintf("%s/%s/%s/%s", s.Namespace, s.Name, s.UID, s.ResourceVersion),
+		Cert: s.Data[v1beta2.ClientCertKey], Key: s.Data[v1beta2.ClientKeyKey], CA: s.Data[v1beta2.ClientCAKey],
+	}
 }

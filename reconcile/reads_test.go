@@ -23,8 +23,8 @@ type countingDialer struct {
 	counts map[string]int
 }
 
-func (d *countingDialer) Cluster(endpoints []string) (etcdclient.Cluster, error) {
-	c, err := d.Dialer.Cluster(endpoints)
+func (d *countingDialer) Cluster(endpoints []string, creds *etcdclient.ClientTLS) (etcdclient.Cluster, error) {
+	c, err := d.Dialer.Cluster(endpoints, creds)
 	if err != nil {
 		return nil, err
 	}

@@ -107,7 +107,7 @@ func (r *Reconciler) observe(ctx context.Context, log *slog.Logger, o *sync.Obse
 			return nil
 		}
 	}
-	cluster, err := r.Dialer.Cluster(endpoints)
+	cluster, err := r.Dialer.Cluster(endpoints, operatorCredentials(o))
 	if err != nil {
 		o.MembershipError = err.Error()
 		return nil

@@ -345,7 +345,7 @@ func TestRecreatedSeedPod(t *testing.T) {
 	for _, want := range []string{
 		"--initial-cluster-state=new",
 		"--initial-cluster-token=" + ClusterToken(testCluster, testUID) + "-" + recreateSeed,
-		"--initial-cluster=" + recreateSeed + "=" + PeerURL(recreateSeed, testCluster, testNS, ""),
+		"--initial-cluster=" + recreateSeed + "=" + testAddresses.PeerURL(recreateSeed),
 	} {
 		if !strings.Contains(cmd, want) {
 			t.Errorf("command %q lacks %q", cmd, want)

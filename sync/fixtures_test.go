@@ -21,6 +21,9 @@ const (
 	testUID     = "0b5c6f8e-1111-2222-3333-444455556666"
 )
 
+// testAddresses are the plain cluster's, as newCluster makes it.
+var testAddresses = AddressesOf(newCluster(3, ""))
+
 func newCluster(size int, version string) *v1beta2.EtcdCluster {
 	return &v1beta2.EtcdCluster{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1beta2.APIVersion, Kind: v1beta2.Kind},
@@ -80,7 +83,7 @@ func readyPod(name string) *corev1.Pod { return memberPod(name, corev1.PodRunnin
 func member(id uint64, name string) Member {
 	return Member{
 		ID: id, Name: name,
-		PeerURLs:  []string{PeerURL(name, testCluster, testNS, "")},
+		PeerURLs:  []string{testAddresses.PeerURL(name)},
 		Reachable: true, Version: "3.6.16", RaftIndex: 100,
 	}
 }
@@ -94,7 +97,7 @@ func learner(id uint64, name string, raftIndex uint64) Member {
 // unstarted is a member that was added but has not run yet: etcd lists it
 // without a name.
 func unstarted(id uint64, name string, isLearner bool) Member {
-	return Member{ID: id, PeerURLs: []string{PeerURL(name, testCluster, testNS, "")}, IsLearner: isLearner}
+	return Member{ID: id, PeerURLs: []string{testAddresses.PeerURL(name)}, IsLearner: isLearner}
 }
 
 func down(m Member) Member {

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
 )
 
 const (
@@ -54,14 +56,42 @@ func memberHost(member, cluster, namespace, domain string) string {
 	return host
 }
 
+// Addresses are how one cluster's members are reached: their DNS names,
+// and the schemes its TLS policy gives the peer and client ports.
+type Addresses struct {
+	cluster, namespace, domain string
+	peerScheme, clientScheme   string
+}
+
+// AddressesOf the cluster, as its spec asks members to serve.
+func AddressesOf(c *v1beta2.EtcdCluster) Addresses {
+	a := Addresses{cluster: c.Name, namespace: c.Namespace, domain: c.Spec.Pod.ClusterDomainSuffix(), peerScheme: "http", clientScheme: "http"}
+	if c.Spec.TLS.IsSecurePeer() {
+		a.peerScheme = "https"
+	}
+	if c.Spec.TLS.IsSecureClient() {
+		a.clientScheme = "https"
+	}
+	return a
+}
+
 // PeerURL is how other members reach this one.
-func PeerURL(member, cluster, namespace, domain string) string {
-	return fmt.Sprintf("http://%s:%d", memberHost(member, cluster, namespace, domain), PeerPort)
+func (a Addresses) PeerURL(member string) string {
+	return fmt.Sprintf("%s://%s:%d", a.peerScheme, memberHost(member, a.cluster, a.namespace, a.domain), PeerPort)
 }
 
 // ClientURL is how clients, and the hook, reach this member.
-func ClientURL(member, cluster, namespace, domain string) string {
-	return fmt.Sprintf("http://%s:%d", memberHost(member, cluster, namespace, domain), ClientPort)
+func (a Addresses) ClientURL(member string) string {
+	return fmt.Sprintf("%s://%s:%d", a.clientScheme, memberHost(member, a.cluster, a.namespace, a.domain), ClientPort)
+}
+
+// ServiceURL is the client Service's URL, which backups call.
+func (a Addresses) ServiceURL() string {
+	host := fmt.Sprintf("%s.%s.svc", ClientServiceName(a.cluster), a.namespace)
+	if a.domain != "" {
+		host += "." + a.domain
+	}
+	return fmt.Sprintf("%s://%s:%d", a.clientScheme, host, ClientPort)
 }
 
 // MemberName recovers a member's name. A member that was added but has not

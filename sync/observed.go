@@ -41,6 +41,9 @@ type Observed struct {
 	// RestoreRequestError says why the EtcdRestore did not decode.
 	RestoreRequestError string
 	Backups             map[string]*v1beta2.EtcdBackup
+	// Secrets are the Secrets spec.TLS names, by name, as the customize
+	// hook relates them (see tls.go).
+	Secrets map[string]*corev1.Secret
 	// AgentImage is this project's image, which fetches and checks the
 	// snapshot in a restored cluster's seed.
 	AgentImage string

@@ -3,6 +3,7 @@ package sync
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
@@ -69,6 +70,14 @@ func Plan(observed *Observed) Decision {
 		return p.finalize()
 	case len(o.SpecErrors) > 0:
 		return p.frozen(ReasonInvalidSpec, "the spec is invalid, so the cluster is left as it is: "+o.SpecErrors.ToAggregate().Error())
+	}
+	if msg := p.tlsChangeRefused(); msg != "" {
+		return p.frozen(ReasonTLSChangeRefused, msg+"; the cluster is left as it is")
+	}
+	if problems := p.tlsSecretProblems(); len(problems) > 0 {
+		return p.frozen(ReasonTLSSecretInvalid, strings.Join(problems, "; ")+"; so the cluster is left as it is")
+	}
+	switch {
 	case p.spec.Paused:
 		return p.frozen(ReasonPaused, "spec.paused is true: children and membership are left as they are")
 	}

@@ -350,6 +350,7 @@ func TestSeedPodBootstrapFlags(t *testing.T) {
 		"--initial-cluster=" + seed + "=http://" + seed + ".demo.prod.svc:2380",
 		"--initial-cluster-state=new",
 		"--initial-cluster-token=demo-" + testUID,
+		"--listen-metrics-urls=http://0.0.0.0:2381",
 	}
 	if diff := cmp.Diff(want, pod.Spec.Containers[0].Command); diff != "" {
 		t.Errorf("seed command (-want +got):\n%s", diff)

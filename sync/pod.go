@@ -51,7 +51,7 @@ func (p *planner) memberPod(name, initialCluster, state string) *corev1.Pod {
 	// rendered anew: its steps change nothing on a data dir with a member,
 	// and a seed that never ran must not start empty.
 	if rec := p.rec; rec != nil && rec.Restore != nil && name == rec.SeedMember {
-		in.initialCluster, in.state = name+"="+PeerURL(name, in.cluster.Name, in.cluster.Namespace, p.spec.Pod.ClusterDomainSuffix()), "new"
+		in.initialCluster, in.state = name+"="+p.addresses().PeerURL(name), "new"
 		pod = renderMemberPod(in)
 		p.addRestoreSteps(pod, in, rec.Restore.Source, rec.Restore.Request)
 	}
@@ -75,7 +75,6 @@ func selectorLabels(cluster string) map[string]string {
 
 func renderMemberPod(in memberPodInput) *corev1.Pod {
 	c, spec, policy := in.cluster, in.spec, in.spec.Pod
-	domain := policy.ClusterDomainSuffix()
 	annotations := map[string]string{}
 	if policy != nil {
 		maps.Copy(annotations, policy.Annotations)
@@ -86,13 +85,16 @@ func renderMemberPod(in memberPodInput) *corev1.Pod {
 	container := corev1.Container{
 		Name:    "etcd",
 		Image:   spec.Image(),
-		Command: etcdCommand(in, domain),
+		Command: etcdCommand(in),
 		Ports: []corev1.ContainerPort{
 			{Name: "client", ContainerPort: ClientPort, Protocol: corev1.ProtocolTCP},
 			{Name: "peer", ContainerPort: PeerPort, Protocol: corev1.ProtocolTCP},
 		},
 		VolumeMounts:   []corev1.VolumeMount{{Name: dataVolume, MountPath: dataMount}},
-		ReadinessProbe: readinessProbe(spec.Version),
+		ReadinessProbe: readinessProbe(spec),
+	}
+	if servesMetrics(spec.Version) {
+		container.Ports = append(container.Ports, corev1.ContainerPort{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP})
 	}
 	if policy != nil {
 		container.Resources = policy.Resources
@@ -123,6 +125,7 @@ func renderMemberPod(in memberPodInput) *corev1.Pod {
 			Affinity:           affinityFor(c.Name, policy),
 		},
 	}
+	addTLS(pod, spec.TLS)
 	if policy != nil {
 		pod.Spec.NodeSelector = policy.NodeSelector
 		pod.Spec.Tolerations = policy.Tolerations
@@ -131,41 +134,95 @@ func renderMemberPod(in memberPodInput) *corev1.Pod {
 	return pod
 }
 
-func etcdCommand(in memberPodInput, domain string) []string {
-	c := in.cluster
-	return []string{
+func etcdCommand(in memberPodInput) []string {
+	c := *in.cluster
+	c.Spec = in.spec
+	addr := AddressesOf(&c)
+	clientScheme, peerScheme := "http", "http"
+	if in.spec.TLS.IsSecureClient() {
+		clientScheme = "https"
+	}
+	if in.spec.TLS.IsSecurePeer() {
+		peerScheme = "https"
+	}
+	cmd := []string{
 		etcdBinary,
 		"--name=" + in.name,
 		"--data-dir=" + dataDir,
-		fmt.Sprintf("--listen-client-urls=http://0.0.0.0:%d", ClientPort),
-		fmt.Sprintf("--listen-peer-urls=http://0.0.0.0:%d", PeerPort),
-		"--advertise-client-urls=" + ClientURL(in.name, c.Name, c.Namespace, domain),
-		"--initial-advertise-peer-urls=" + PeerURL(in.name, c.Name, c.Namespace, domain),
+		fmt.Sprintf("--listen-client-urls=%s://0.0.0.0:%d", clientScheme, ClientPort),
+		fmt.Sprintf("--listen-peer-urls=%s://0.0.0.0:%d", peerScheme, PeerPort),
+		"--advertise-client-urls=" + addr.ClientURL(in.name),
+		"--initial-advertise-peer-urls=" + addr.PeerURL(in.name),
 		"--initial-cluster=" + in.initialCluster,
 		"--initial-cluster-state=" + in.state,
 		"--initial-cluster-token=" + in.token,
 	}
+	if servesMetrics(in.spec.Version) {
+		cmd = append(cmd, fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", MetricsPort))
+	}
+	return cmd
 }
 
-// readinessProbe asks etcd whether it can serve. From 3.5 on the probe
-// reads serializably: a learner, or a member cut off from the leader for a
-// moment, still has its data, and a linearizable check would flap it.
-func readinessProbe(version string) *corev1.Probe {
+// MetricsPort serves /metrics and /health over plain HTTP, with no client
+// certificate: the kubelet's probes and Prometheus have none.
+const MetricsPort = 2381
+
+// servesMetrics: --listen-metrics-urls arrived in etcd 3.3.
+func servesMetrics(version string) bool {
+	v, ok := parseVersion(version)
+	return ok && !v.less(semver{3, 3, 0})
+}
+
+// readinessProbe asks etcd whether it can serve, on the metrics port:
+// there it answers without a client certificate, which a member that
+// serves clients TLS asks of every caller on its client port. From 3.5 on
+// the probe reads serializably: a learner, or a member cut off from the
+// leader for a moment, still has its data, and a linearizable check would
+// flap it. A release without a metrics port is probed on its client port,
+// by TCP when that asks for a certificate.
+func readinessProbe(spec v1beta2.ClusterSpec) *corev1.Probe {
 	path := "/health"
-	if v, ok := parseVersion(version); ok && !v.less(semver{3, 5, 0}) {
+	if v, ok := parseVersion(spec.Version); ok && !v.less(semver{3, 5, 0}) {
 		path = "/health?serializable=true"
 	}
+	handler := corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+		Path:   path,
+		Port:   intstr.FromInt32(MetricsPort),
+		Scheme: corev1.URISchemeHTTP,
+	}}
+	switch {
+	case servesMetrics(spec.Version):
+	case spec.TLS.IsSecureClient():
+		handler = corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(ClientPort)}}
+	default:
+		handler.HTTPGet.Port = intstr.FromInt32(ClientPort)
+	}
 	return &corev1.Probe{
-		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-			Path:   path,
-			Port:   intstr.FromInt32(ClientPort),
-			Scheme: corev1.URISchemeHTTP,
-		}},
+		ProbeHandler:     handler,
 		PeriodSeconds:    2,
 		TimeoutSeconds:   2,
 		FailureThreshold: 3,
 		SuccessThreshold: 1,
 	}
+}
+
+// MemberClientURL is where a member Pod serves clients, as it was
+// rendered: the scheme its Pod says, not the one the spec says now (they
+// differ only while a TLS change is refused, and the hook still reports
+// on such a cluster).
+func MemberClientURL(c *v1beta2.EtcdCluster, pod *corev1.Pod) string {
+	for _, ctr := range pod.Spec.Containers {
+		if ctr.Name != "etcd" {
+			continue
+		}
+		for _, arg := range ctr.Command {
+			if u, ok := strings.CutPrefix(arg, "--advertise-client-urls="); ok && u != "" {
+				first, _, _ := strings.Cut(u, ",")
+				return first
+			}
+		}
+	}
+	return AddressesOf(c).ClientURL(pod.Name)
 }
 
 func dataVolumeFor(member string, spec v1beta2.ClusterSpec) corev1.Volume {

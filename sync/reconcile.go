@@ -202,8 +202,7 @@ func (p *planner) clientEndpoint(v memberView) string {
 	if len(v.ClientURLs) > 0 {
 		return v.ClientURLs[0]
 	}
-	c := p.o.Cluster
-	return ClientURL(v.name, c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix())
+	return p.addresses().ClientURL(v.name)
 }
 
 func (p *planner) remove(v memberView, reason string) Action {
@@ -229,7 +228,7 @@ func (p *planner) grow(views []memberView) stepResult {
 	return acting(Action{
 		Type:      ActionAddMember,
 		Name:      name,
-		PeerURL:   PeerURL(name, c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix()),
+		PeerURL:   p.addresses().PeerURL(name),
 		AsLearner: learners,
 		// No name here: until etcd accepts the add, the name is a fresh
 		// random draw on every sync, and a status that changes on every

@@ -29,9 +29,17 @@ type RelatedResource struct {
 // namespaced parent selects in the parent's namespace by itself. A rule by
 // names needs the namespace: without one, Metacontroller looks in every
 // namespace.
+//
+// With spec.TLS, the Secrets it names come too, by name: their bytes
+// arrive in each sync request, which is how the hook calls TLS members
+// without Kubernetes credentials, and a rotated Secret triggers a sync.
 func Related(c *v1beta2.EtcdCluster) []RelatedResource {
-	return []RelatedResource{
+	out := []RelatedResource{
 		{APIVersion: v1beta2.APIVersion, Resource: "etcdrestores", Namespace: c.Namespace, Names: []string{c.Name}},
 		{APIVersion: v1beta2.APIVersion, Resource: "etcdbackups", LabelSelector: &metav1.LabelSelector{}},
 	}
+	if names := relatedSecretNames(c.Spec.TLS); len(names) > 0 {
+		out = append(out, RelatedResource{APIVersion: "v1", Resource: "secrets", Namespace: c.Namespace, Names: names})
+	}
+	return out
 }

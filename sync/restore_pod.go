@@ -55,7 +55,7 @@ func (p *planner) restoreSeedPod(seed string, req *restoreRequest) *corev1.Pod {
 	}
 	in := memberPodInput{
 		cluster: c, spec: p.spec, name: seed,
-		initialCluster: seed + "=" + PeerURL(seed, c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix()),
+		initialCluster: seed + "=" + p.addresses().PeerURL(seed),
 		state:          "new", seed: seed, token: token,
 	}
 	pod := renderMemberPod(in)
@@ -65,9 +65,8 @@ func (p *planner) restoreSeedPod(seed string, req *restoreRequest) *corev1.Pod {
 
 // addRestoreSteps adds the init containers and volumes that restore src.
 func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta2.ResolvedSource, request string) {
-	c := in.cluster
 	version := strings.TrimPrefix(in.spec.Version, "v")
-	peer := PeerURL(in.name, c.Name, c.Namespace, in.spec.Pod.ClusterDomainSuffix())
+	peer := p.addresses().PeerURL(in.name)
 	image := p.o.AgentImage
 	if image == "" {
 		image = DefaultAgentImage

@@ -76,6 +76,8 @@ func (r *report) problem(reason, message string) {
 // severity orders problems, most severe first; unlisted reasons come last.
 var severity = map[string]int{
 	ReasonInvalidSpec:         1,
+	ReasonTLSChangeRefused:    1,
+	ReasonTLSSecretInvalid:    1,
 	ReasonVersionSkew:         1,
 	ReasonAllMembersLost:      2,
 	ReasonRestoreFailed:       2,
@@ -180,9 +182,6 @@ func (p *planner) condition(t v1beta2.ConditionType, c condition) v1beta2.Cluste
 // with the CoreOS operator's manifests but change nothing yet.
 func unhonouredFields(spec v1beta2.ClusterSpec) []string {
 	var out []string
-	if spec.TLS != nil {
-		out = append(out, "spec.TLS (members and the hook speak plain HTTP)")
-	}
 	if spec.Pod != nil && spec.Pod.BusyboxImage != "" {
 		out = append(out, "spec.pod.busyboxImage (there is no init container)")
 	}

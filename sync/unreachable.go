@@ -113,7 +113,7 @@ func (p *planner) seedChildren(children []Child) []Child {
 	c := p.o.Cluster
 	seed := p.seed()
 	children = append(children, Child{Kind: KindPod, Name: seed, Object: p.memberPod(seed,
-		seed+"="+PeerURL(seed, c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix()), "new")})
+		seed+"="+p.addresses().PeerURL(seed), "new")})
 	if p.spec.Persistent() {
 		children = append(children, Child{Kind: KindPVC, Name: seed, Object: memberClaim(c, p.spec, seed, seed)})
 	}
@@ -183,15 +183,13 @@ func (p *planner) nothingObserved(r *report) {
 // so the membership they name need not be known. Only the seed of a
 // cluster that never ran starts as "new": its claim cannot hold data yet.
 func (p *planner) recoveredPod(name string) any {
-	c := p.o.Cluster
-	domain := p.spec.Pod.ClusterDomainSuffix()
 	state := "existing"
 	if name == p.seed() && (p.rec == nil || !p.rec.Bootstrapped) {
 		state = "new"
 	}
 	var parts []string
 	for other := range p.o.PVCs {
-		parts = append(parts, other+"="+PeerURL(other, c.Name, c.Namespace, domain))
+		parts = append(parts, other+"="+p.addresses().PeerURL(other))
 	}
 	cluster := strings.Join(sorted(parts), ",")
 	return p.memberPod(name, cluster, state)

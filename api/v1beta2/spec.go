@@ -64,8 +64,12 @@ type ClusterSpec struct {
 	// +optional
 	DisasterRecovery *DisasterRecoveryPolicy `json:"disasterRecovery,omitempty"`
 
-	// TLS is accepted for compatibility with the CoreOS operator's manifests.
-	// It is not yet honoured, and status says so while it is set.
+	// TLS makes members serve mutual TLS, the CoreOS operator's way: from
+	// Secrets the user issues (see the README for the names certificates
+	// need). It is fixed for the life of a cluster: a running cluster whose
+	// members serve otherwise than this asks is left as it is, with a
+	// condition saying why.
+	// +kubebuilder:validation:XValidation:rule="!has(self.static) || (has(self.static.operatorSecret) && self.static.operatorSecret != '') == (has(self.static.member) && has(self.static.member.serverSecret) && self.static.member.serverSecret != '')",message="spec.TLS.static: operatorSecret and member.serverSecret are set together or not at all"
 	// +optional
 	TLS *TLSPolicy `json:"TLS,omitempty"`
 }
@@ -143,19 +147,77 @@ type TLSPolicy struct {
 	Static *StaticTLS `json:"static,omitempty"`
 }
 
-// StaticTLS names Secrets holding certificates made by the user.
+// StaticTLS names Secrets holding certificates made by the user, in the
+// cluster's namespace. Leaf certificates rotate by updating the Secrets in
+// place: etcd reads them on every handshake, and the hook on the next sync.
 type StaticTLS struct {
 	// +optional
 	Member *MemberSecret `json:"member,omitempty"`
-	// OperatorSecret holds the client certificate the hook talks to etcd with.
+	// OperatorSecret holds the client certificate the hook, and backups,
+	// talk to the members with: etcd-client.crt, etcd-client.key and
+	// etcd-client-ca.crt (the CA of the members' server certificates).
+	// Set together with member.serverSecret.
 	// +optional
 	OperatorSecret string `json:"operatorSecret,omitempty"`
 }
 
 // MemberSecret names the Secrets mounted into each member Pod.
 type MemberSecret struct {
+	// PeerSecret holds peer.crt, peer.key and peer-ca.crt: members serve
+	// and call each other with it, and accept only peers it signs.
 	// +optional
 	PeerSecret string `json:"peerSecret,omitempty"`
+	// ServerSecret holds server.crt, server.key and server-ca.crt: members
+	// serve clients with it, and accept only clients it signs.
 	// +optional
 	ServerSecret string `json:"serverSecret,omitempty"`
 }
+
+// PeerSecret is the Secret members serve their peers with; "" for plain
+// peer traffic.
+func (t *TLSPolicy) PeerSecret() string {
+	if t == nil || t.Static == nil || t.Static.Member == nil {
+		return ""
+	}
+	return t.Static.Member.PeerSecret
+}
+
+// ServerSecret is the Secret members serve clients with; "" for plain
+// client traffic.
+func (t *TLSPolicy) ServerSecret() string {
+	if t == nil || t.Static == nil || t.Static.Member == nil {
+		return ""
+	}
+	return t.Static.Member.ServerSecret
+}
+
+// OperatorSecret is the Secret with the client certificate for members
+// that serve clients TLS; "" otherwise.
+func (t *TLSPolicy) OperatorSecret() string {
+	if t == nil || t.Static == nil {
+		return ""
+	}
+	return t.Static.OperatorSecret
+}
+
+// IsSecurePeer reports whether members talk to each other over TLS.
+func (t *TLSPolicy) IsSecurePeer() bool { return t.PeerSecret() != "" }
+
+// IsSecureClient reports whether members serve clients over TLS.
+func (t *TLSPolicy) IsSecureClient() bool { return t.ServerSecret() != "" }
+
+// The keys of the CoreOS TLS Secrets: what users issue, and what members,
+// the hook and backups read.
+const (
+	PeerCertKey = "peer.crt"
+	PeerKeyKey  = "peer.key"
+	PeerCAKey   = "peer-ca.crt"
+
+	ServerCertKey = "server.crt"
+	ServerKeyKey  = "server.key"
+	ServerCAKey   = "server-ca.crt"
+
+	ClientCertKey = "etcd-client.crt"
+	ClientKeyKey  = "etcd-client.key"
+	ClientCAKey   = "etcd-client-ca.crt"
+)

@@ -46,6 +46,7 @@ func (s *ClusterSpec) validate(path *field.Path) field.ErrorList {
 	if dr := s.DisasterRecovery; dr != nil && dr.Backup != "" {
 		errs = append(errs, validateObjectName(path.Child("disasterRecovery", "backup"), dr.Backup)...)
 	}
+	errs = append(errs, s.TLS.validate(path.Child("TLS"))...)
 	if s.Pod != nil {
 		for k := range s.Pod.Labels {
 			if k == "app" || strings.HasPrefix(k, "etcd_") {
@@ -96,7 +97,41 @@ func (b *EtcdBackup) Validate() field.ErrorList {
 		errs = append(errs, field.NotSupported(path.Child("storageType"), spec.StorageType, []BackupStorageType{BackupStorageS3, BackupStoragePVC}))
 	}
 	if spec.ClientTLSSecret != "" {
-		errs = append(errs, field.Invalid(path.Child("clientTLSSecret"), spec.ClientTLSSecret, "TLS clusters are not served yet"))
+		for _, msg := range validation.IsDNS1123Subdomain(spec.ClientTLSSecret) {
+			errs = append(errs, field.Invalid(path.Child("clientTLSSecret"), spec.ClientTLSSecret, msg))
+		}
+	}
+	return errs
+}
+
+// validate repeats the CoreOS operator's rule: the members' server
+// certificate and the operator's client certificate come together, since a
+// member that serves clients TLS and a hook without a client certificate
+// (or the reverse) could never talk.
+func (t *TLSPolicy) validate(path *field.Path) field.ErrorList {
+	if t == nil || t.Static == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	static := path.Child("static")
+	if (t.OperatorSecret() == "") != (t.ServerSecret() == "") {
+		errs = append(errs, field.Invalid(static.Child("operatorSecret"), t.OperatorSecret(),
+			"operatorSecret and member.serverSecret are set together or not at all: members that serve clients TLS need a client certificate for the hook, and the reverse"))
+	}
+	for _, s := range []struct {
+		path  *field.Path
+		value string
+	}{
+		{static.Child("member", "peerSecret"), t.PeerSecret()},
+		{static.Child("member", "serverSecret"), t.ServerSecret()},
+		{static.Child("operatorSecret"), t.OperatorSecret()},
+	} {
+		if s.value == "" {
+			continue
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(s.value) {
+			errs = append(errs, field.Invalid(s.path, s.value, msg))
+		}
 	}
 	return errs
 }

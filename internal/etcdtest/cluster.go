@@ -30,6 +30,15 @@ type Options struct {
 	// StartTimeout bounds the wait for every member to report healthy, and
 	// every later WaitHealthy/Restart; default 20 s.
 	StartTimeout time.Duration
+	// ClientTLS, when set, makes members serve clients over TLS with
+	// client-certificate auth (https client URLs), and /health on a
+	// plain-HTTP metrics URL, as member Pods do.
+	ClientTLS *ServerTLS
+}
+
+// ServerTLS are the files a member serves clients TLS with.
+type ServerTLS struct {
+	CertFile, KeyFile, TrustedCAFile string
 }
 
 // Cluster is a set of etcd processes started together as a new cluster.
@@ -127,7 +136,19 @@ func (c *Cluster) startAttempt(bin, dir string, opts Options) ([]*Member, error)
 		"--initial-cluster-token=" + token,
 	}
 	for i, p := range members {
+		if opts.ClientTLS != nil {
+			p.ClientURL = "https://" + strings.TrimPrefix(p.ClientURL, "http://")
+		}
 		members[i] = newMember(c.t, bin, p.Name, dir, p.ClientURL, p.PeerURL, flags, opts.ExtraArgs, opts.Env, opts.StartTimeout)
+		if tls := opts.ClientTLS; tls != nil {
+			metricsURL, err := freeURL()
+			if err != nil {
+				return nil, err
+			}
+			members[i].healthURL = metricsURL
+			members[i].args = append(members[i].args, "--listen-metrics-urls="+metricsURL, "--client-cert-auth",
+				"--cert-file="+tls.CertFile, "--key-file="+tls.KeyFile, "--trusted-ca-file="+tls.TrustedCAFile)
+		}
 	}
 	for i, m := range members {
 		if err := m.start(); err != nil {

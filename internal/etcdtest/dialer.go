@@ -24,13 +24,14 @@ func NewDialer(pool *etcdclient.Pool, c *Cluster) Dialer {
 }
 
 // Cluster implements etcdclient.Dialer.
-func (d Dialer) Cluster(endpoints []string) (etcdclient.Cluster, error) {
+func (d Dialer) Cluster(endpoints []string, creds *etcdclient.ClientTLS) (etcdclient.Cluster, error) {
 	real := make([]string, 0, len(endpoints))
 	for _, ep := range endpoints {
-		pod, _, _ := strings.Cut(strings.TrimPrefix(ep, "http://"), ".")
+		_, host, _ := strings.Cut(ep, "://")
+		pod, _, _ := strings.Cut(host, ".")
 		if url, ok := d.ByPod[pod]; ok {
 			real = append(real, url)
 		}
 	}
-	return d.Pool.Cluster(real)
+	return d.Pool.Cluster(real, creds)
 }

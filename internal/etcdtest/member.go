@@ -41,6 +41,9 @@ type Member struct {
 	DataDir string
 	// LogPath holds the process's stdout and stderr, across restarts.
 	LogPath string
+	// healthURL serves /health: the metrics URL of a member that serves
+	// clients TLS, the client URL otherwise.
+	healthURL string
 
 	t            testing.TB
 	binary       string
@@ -163,7 +166,14 @@ func (m *Member) WaitHealthy() {
 // Health is one GET /health: the HTTP status, the body, and whether the body
 // says healthy. Tests compare it across versions; it never fails the test.
 func (m *Member) Health(ctx context.Context) (healthy bool, status int, body string, err error) {
-	return checkHealth(ctx, m.ClientURL+"/health")
+	return checkHealth(ctx, m.healthBase()+"/health")
+}
+
+func (m *Member) healthBase() string {
+	if m.healthURL != "" {
+		return m.healthURL
+	}
+	return m.ClientURL
 }
 
 // Log returns the member's log so far (its end, if very long), for tests
@@ -289,7 +299,7 @@ func (m *Member) pollHealthy(ctx context.Context) (string, error) {
 			}
 			return last, fmt.Errorf("etcdtest: member %s %w: %w", m.Name, errExited, exitError(waitErr))
 		}
-		healthy, status, body, err := checkHealth(ctx, m.ClientURL+"/health")
+		healthy, status, body, err := checkHealth(ctx, m.healthBase()+"/health")
 		switch {
 		case healthy:
 			return "healthy", nil
@@ -525,7 +535,7 @@ func scrapeMetrics(m *Member) (memberMetrics, error) {
 	var st memberMetrics
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.ClientURL+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.healthBase()+"/metrics", nil)
 	if err != nil {
 		return st, fmt.Errorf("etcdtest: metrics request: %w", err)
 	}

@@ -19,6 +19,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/sync"
 )
@@ -91,8 +94,8 @@ func (s *etcdSim) addCluster(namespace, name string, pods []string) {
 		c.members = append(c.members, &pb.Member{
 			ID:         simID("member/" + pod),
 			Name:       pod,
-			PeerURLs:   []string{sync.PeerURL(pod, name, namespace, "")},
-			ClientURLs: []string{sync.ClientURL(pod, name, namespace, "")},
+			PeerURLs:   []string{plainAddresses(namespace, name).PeerURL(pod)},
+			ClientURLs: []string{plainAddresses(namespace, name).ClientURL(pod)},
 		})
 	}
 	s.clusters[name+"."+namespace] = c
@@ -261,4 +264,9 @@ func (l countingListener) Accept() (net.Conn, error) {
 		l.accepted.Add(1)
 	}
 	return c, err
+}
+
+// plainAddresses are those of a cluster without spec.TLS.
+func plainAddresses(namespace, name string) sync.Addresses {
+	return sync.AddressesOf(&v1beta2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}})
 }

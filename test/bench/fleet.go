@@ -56,7 +56,7 @@ func fleetDNS(fleet []fleetCluster, healthy, unreachable netip.Addr) (func(name 
 			ip = unreachable
 		}
 		for _, m := range c.members {
-			u, err := url.Parse(sync.ClientURL(m, c.name, fleetNamespace, ""))
+			u, err := url.Parse(plainAddresses(fleetNamespace, c.name).ClientURL(m))
 			if err != nil {
 				return nil, err
 			}

@@ -73,9 +73,9 @@ func newRig(tb testing.TB, members int) *rig {
 
 	var endpoints []string
 	for _, name := range names {
-		endpoints = append(endpoints, sync.ClientURL(name, o.Cluster.Name, o.Cluster.Namespace, ""))
+		endpoints = append(endpoints, sync.AddressesOf(o.Cluster).ClientURL(name))
 	}
-	etcd, err := reconciler.Dialer.Cluster(endpoints)
+	etcd, err := reconciler.Dialer.Cluster(endpoints, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

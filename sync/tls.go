@@ -1,0 +1,274 @@
+package sync
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+)
+
+// TLS of the members, the CoreOS operator's way: the Secrets that
+// spec.TLS.static names are mounted whole (never with subPath, so that the
+// kubelet's in-place updates reach the files, and etcd, which reads its
+// leaf certificates on every handshake, serves a rotated one without a
+// restart), at the paths the CoreOS operator used.
+const (
+	peerTLSVolume   = "member-peer-tls"
+	peerTLSDir      = "/etc/etcdtls/member/peer-tls"
+	serverTLSVolume = "member-server-tls"
+	serverTLSDir    = "/etc/etcdtls/member/server-tls"
+)
+
+// Reasons of the TLS conditions.
+const (
+	// ReasonTLSSecretInvalid: a Secret spec.TLS names is missing, lacks a
+	// key, or holds what does not parse.
+	ReasonTLSSecretInvalid = "TLSSecretInvalid"
+	// ReasonTLSChangeRefused: the running members serve otherwise than
+	// spec.TLS asks.
+	ReasonTLSChangeRefused = "TLSChangeRefused"
+)
+
+func (p *planner) addresses() Addresses {
+	c := *p.o.Cluster
+	c.Spec = p.spec
+	return AddressesOf(&c)
+}
+
+// addTLS mounts the member Secrets and points etcd at them.
+func addTLS(pod *corev1.Pod, policy *v1beta2.TLSPolicy) {
+	ctr := &pod.Spec.Containers[0]
+	mount := func(volume, secret, dir string) {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: volume, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: secret},
+		}})
+		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: volume, MountPath: dir, ReadOnly: true})
+	}
+	if secret := policy.PeerSecret(); secret != "" {
+		mount(peerTLSVolume, secret, peerTLSDir)
+		ctr.Command = append(ctr.Command,
+			"--peer-client-cert-auth=true",
+			"--peer-cert-file="+peerTLSDir+"/"+v1beta2.PeerCertKey,
+			"--peer-key-file="+peerTLSDir+"/"+v1beta2.PeerKeyKey,
+			"--peer-trusted-ca-file="+peerTLSDir+"/"+v1beta2.PeerCAKey,
+		)
+	}
+	if secret := policy.ServerSecret(); secret != "" {
+		mount(serverTLSVolume, secret, serverTLSDir)
+		ctr.Command = append(ctr.Command,
+			"--client-cert-auth=true",
+			"--cert-file="+serverTLSDir+"/"+v1beta2.ServerCertKey,
+			"--key-file="+serverTLSDir+"/"+v1beta2.ServerKeyKey,
+			"--trusted-ca-file="+serverTLSDir+"/"+v1beta2.ServerCAKey,
+		)
+	}
+}
+
+// podTLS is what a member Pod was rendered to serve: the Secrets it
+// mounts for peers and for clients, "" for plain HTTP.
+type podTLS struct{ peer, server string }
+
+func (t podTLS) String() string {
+	var parts []string
+	if t.peer != "" {
+		parts = append(parts, fmt.Sprintf("peers with Secret %q", t.peer))
+	}
+	if t.server != "" {
+		parts = append(parts, fmt.Sprintf("clients with Secret %q", t.server))
+	}
+	if len(parts) == 0 {
+		return "plain HTTP"
+	}
+	return "TLS to " + strings.Join(parts, " and ")
+}
+
+func observedPodTLS(pod *corev1.Pod) podTLS {
+	var t podTLS
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		switch v.Name {
+		case peerTLSVolume:
+			t.peer = v.Secret.SecretName
+		case serverTLSVolume:
+			t.server = v.Secret.SecretName
+		}
+	}
+	return t
+}
+
+// tlsChangeRefused says why the running members cannot be planned with
+// the spec's TLS policy, or "". A member's peer URLs could be changed one
+// at a time, but a member serving clients TLS while its peers do not, or
+// the reverse, cuts the hook or the members off for the length of the
+// roll; rather than risk a running cluster, the change is refused and the
+// cluster left as it is until the spec matches it again (see the README).
+func (p *planner) tlsChangeRefused() string {
+	want := podTLS{peer: p.spec.TLS.PeerSecret(), server: p.spec.TLS.ServerSecret()}
+	for _, name := range sorted(keysOf(p.o.Pods)) {
+		pod := p.o.Pods[name]
+		got := observedPodTLS(pod)
+		if got == want {
+			continue
+		}
+		switch {
+		case got == podTLS{}:
+			return fmt.Sprintf("spec.TLS asks for %s, but member %s serves plain HTTP: TLS cannot be turned on for a running cluster. "+
+				"Remove spec.TLS to go on as before, or restore a backup into a new cluster with spec.TLS", want, name)
+		case want == podTLS{}:
+			return fmt.Sprintf("member %s serves %s, and spec.TLS asks for none: TLS cannot be turned off for a running cluster. "+
+				"Put spec.TLS back to go on as before", name, got)
+		default:
+			return fmt.Sprintf("member %s serves %s, and spec.TLS asks for %s: a running member's Secrets cannot be swapped. "+
+				"Put spec.TLS back, and rotate certificates by updating the Secrets in place", name, got, want)
+		}
+	}
+	return ""
+}
+
+func keysOf[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// secretKeys are the keys of one TLS Secret: a leaf, its key, and the CA
+// the other side is checked against.
+type secretKeys struct {
+	field         string
+	name          string
+	cert, key, ca string
+	hostsToServe  []string
+}
+
+// tlsSecrets are the Secrets spec.TLS names, each with the host names its
+// leaf must carry: members check their peers' names, and the hook checks
+// the members'.
+func (p *planner) tlsSecrets() []secretKeys {
+	t := p.spec.TLS
+	sample := p.addresses()
+	host := func(u string) string {
+		rest, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(u, "https://"), "http://"), ":")
+		return rest
+	}
+	// Any member's name stands for all: the README asks for a wildcard.
+	member := host(sample.PeerURL(p.o.Cluster.Name + "-" + strings.Repeat("x", SuffixLength)))
+	var out []secretKeys
+	if name := t.PeerSecret(); name != "" {
+		out = append(out, secretKeys{"spec.TLS.static.member.peerSecret", name, v1beta2.PeerCertKey, v1beta2.PeerKeyKey, v1beta2.PeerCAKey, []string{member}})
+	}
+	if name := t.ServerSecret(); name != "" {
+		out = append(out, secretKeys{"spec.TLS.static.member.serverSecret", name, v1beta2.ServerCertKey, v1beta2.ServerKeyKey, v1beta2.ServerCAKey, []string{member}})
+	}
+	if name := t.OperatorSecret(); name != "" {
+		out = append(out, secretKeys{"spec.TLS.static.operatorSecret", name, v1beta2.ClientCertKey, v1beta2.ClientKeyKey, v1beta2.ClientCAKey, nil})
+	}
+	return out
+}
+
+// tlsSecretProblems checks every Secret spec.TLS names before a member
+// mounts it or the hook calls with it: a member Pod that mounts a missing
+// Secret waits in ContainerCreating and says so nowhere the hook sees, and
+// one whose certificate does not parse never starts. Each problem names
+// the Secret and the key.
+func (p *planner) tlsSecretProblems() []string {
+	var out []string
+	for _, s := range p.tlsSecrets() {
+		secret, ok := p.o.Secrets[s.name]
+		if !ok {
+			out = append(out, fmt.Sprintf("Secret %q (%s) not found in namespace %s (the cluster's customize hook relates it; is the CompositeController's customize hook set?)",
+				s.name, s.field, p.o.Cluster.Namespace))
+			continue
+		}
+		if msg := checkTLSSecret(secret, s, p.o.Now); msg != "" {
+			out = append(out, fmt.Sprintf("Secret %q (%s): %s", s.name, s.field, msg))
+		}
+	}
+	return out
+}
+
+func secretValue(s *corev1.Secret, key string) []byte {
+	if v, ok := s.Data[key]; ok {
+		return v
+	}
+	if v, ok := s.StringData[key]; ok {
+		return []byte(v)
+	}
+	return nil
+}
+
+func checkTLSSecret(secret *corev1.Secret, s secretKeys, now time.Time) string {
+	var missing []string
+	for _, key := range []string{s.cert, s.key, s.ca} {
+		if len(secretValue(secret, key)) == 0 {
+			missing = append(missing, fmt.Sprintf("%q", key))
+		}
+	}
+	if len(missing) > 0 {
+		return "lacks key " + strings.Join(missing, ", ")
+	}
+	cert, key, ca := secretValue(secret, s.cert), secretValue(secret, s.key), secretValue(secret, s.ca)
+	leaf, err := firstCertificate(cert)
+	if err != nil {
+		return fmt.Sprintf("key %q: %v", s.cert, err)
+	}
+	if _, err := tls.X509KeyPair(cert, key); err != nil {
+		return fmt.Sprintf("key %q does not hold the private key of %q: %v", s.key, s.cert, err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(ca) {
+		return fmt.Sprintf("key %q holds no PEM certificate", s.ca)
+	}
+	if !now.IsZero() && now.After(leaf.NotAfter) {
+		return fmt.Sprintf("key %q: the certificate expired at %s", s.cert, leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	for _, host := range s.hostsToServe {
+		if err := leaf.VerifyHostname(host); err != nil {
+			return fmt.Sprintf("key %q: the certificate does not name the members (%v); it needs %s", s.cert, err, wildcardOf(host))
+		}
+	}
+	return ""
+}
+
+func wildcardOf(host string) string {
+	_, rest, _ := strings.Cut(host, ".")
+	return "*." + rest
+}
+
+func firstCertificate(data []byte) (*x509.Certificate, error) {
+	for rest := data; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return nil, fmt.Errorf("holds no PEM certificate")
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("the certificate does not parse: %w", err)
+		}
+		return cert, nil
+	}
+}
+
+// relatedSecretNames are the Secrets an EtcdCluster's sync needs to see.
+func relatedSecretNames(t *v1beta2.TLSPolicy) []string {
+	var names []string
+	for _, n := range []string{t.PeerSecret(), t.ServerSecret(), t.OperatorSecret()} {
+		if n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
