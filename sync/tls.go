@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	gosync "sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -190,7 +191,7 @@ func (p *planner) tlsSecretProblems() []string {
 				s.name, s.field, p.o.Cluster.Namespace))
 			continue
 		}
-		if msg := checkTLSSecret(secret, s, p.o.Now); msg != "" {
+		if msg := checkedTLSSecret(secret, s, p.o.Now); msg != "" {
 			out = append(out, fmt.Sprintf("Secret %q (%s): %s", s.name, s.field, msg))
 		}
 	}
@@ -207,7 +208,54 @@ func secretValue(s *corev1.Secret, key string) []byte {
 	return nil
 }
 
-func checkTLSSecret(secret *corev1.Secret, s secretKeys, now time.Time) string {
+// secretChecks remembers what checkTLSSecret said of a Secret's version,
+// so that a steady sync parses no certificate: a Secret with a UID and a
+// resourceVersion (as every one from the API server has) changes only with
+// a new resourceVersion. Bounded: a hook serving a thousand TLS clusters
+// keeps the last few thousand checks.
+var secretChecks = newCheckMemo(4096)
+
+type checkMemo struct {
+	max int
+	mu  gosync.Mutex
+	m   map[string]checkResult
+}
+
+// checkResult is a check's verdict up to notAfter, the leaf's expiry.
+type checkResult struct {
+	msg      string
+	notAfter time.Time
+}
+
+func newCheckMemo(max int) *checkMemo { return &checkMemo{max: max, m: map[string]checkResult{}} }
+
+func checkedTLSSecret(secret *corev1.Secret, s secretKeys, now time.Time) string {
+	if secret.UID == "" || secret.ResourceVersion == "" {
+		msg, _ := checkTLSSecret(secret, s, now)
+		return msg
+	}
+	key := strings.Join(append([]string{string(secret.UID), secret.ResourceVersion, s.cert, s.key, s.ca}, s.hostsToServe...), "\x00")
+	secretChecks.mu.Lock()
+	r, ok := secretChecks.m[key]
+	secretChecks.mu.Unlock()
+	if ok && (r.msg != "" || now.IsZero() || !now.After(r.notAfter)) {
+		return r.msg
+	}
+	msg, notAfter := checkTLSSecret(secret, s, now)
+	secretChecks.mu.Lock()
+	if len(secretChecks.m) >= secretChecks.max {
+		// Forget everything rather than track recency: a full memo means
+		// thousands of Secrets, and each is parsed again once.
+		clear(secretChecks.m)
+	}
+	secretChecks.m[key] = checkResult{msg: msg, notAfter: notAfter}
+	secretChecks.mu.Unlock()
+	return msg
+}
+
+// checkTLSSecret returns what is wrong with the Secret, and the leaf's
+// expiry when nothing is.
+func checkTLSSecret(secret *corev1.Secret, s secretKeys, now time.Time) (string, time.Time) {
 	var missing []string
 	for _, key := range []string{s.cert, s.key, s.ca} {
 		if len(secretValue(secret, key)) == 0 {
@@ -215,28 +263,28 @@ func checkTLSSecret(secret *corev1.Secret, s secretKeys, now time.Time) string {
 		}
 	}
 	if len(missing) > 0 {
-		return "lacks key " + strings.Join(missing, ", ")
+		return "lacks key " + strings.Join(missing, ", "), time.Time{}
 	}
 	cert, key, ca := secretValue(secret, s.cert), secretValue(secret, s.key), secretValue(secret, s.ca)
 	leaf, err := firstCertificate(cert)
 	if err != nil {
-		return fmt.Sprintf("key %q: %v", s.cert, err)
+		return fmt.Sprintf("key %q: %v", s.cert, err), time.Time{}
 	}
 	if _, err := tls.X509KeyPair(cert, key); err != nil {
-		return fmt.Sprintf("key %q does not hold the private key of %q: %v", s.key, s.cert, err)
+		return fmt.Sprintf("key %q does not hold the private key of %q: %v", s.key, s.cert, err), time.Time{}
 	}
 	if !x509.NewCertPool().AppendCertsFromPEM(ca) {
-		return fmt.Sprintf("key %q holds no PEM certificate", s.ca)
+		return fmt.Sprintf("key %q holds no PEM certificate", s.ca), time.Time{}
 	}
 	if !now.IsZero() && now.After(leaf.NotAfter) {
-		return fmt.Sprintf("key %q: the certificate expired at %s", s.cert, leaf.NotAfter.UTC().Format(time.RFC3339))
+		return fmt.Sprintf("key %q: the certificate expired at %s", s.cert, leaf.NotAfter.UTC().Format(time.RFC3339)), time.Time{}
 	}
 	for _, host := range s.hostsToServe {
 		if err := leaf.VerifyHostname(host); err != nil {
-			return fmt.Sprintf("key %q: the certificate does not name the members (%v); it needs %s", s.cert, err, wildcardOf(host))
+			return fmt.Sprintf("key %q: the certificate does not name the members (%v); it needs %s", s.cert, err, wildcardOf(host)), time.Time{}
 		}
 	}
-	return ""
+	return "", leaf.NotAfter
 }
 
 func wildcardOf(host string) string {

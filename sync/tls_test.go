@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -149,11 +150,15 @@ func TestTLSSecretProblemsFreezeTheCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	edits := 0
 	edit := func(name string, f func(map[string][]byte)) map[string]*corev1.Secret {
 		out := map[string]*corev1.Secret{}
 		for n, s := range good {
 			cp := s.DeepCopy()
 			if n == name {
+				// A new version, as the API server gives every update.
+				edits++
+				cp.ResourceVersion = fmt.Sprint(1 + edits)
 				f(cp.Data)
 			}
 			out[n] = cp
@@ -303,5 +308,28 @@ func TestRelatedNamesTheTLSSecrets(t *testing.T) {
 		if r.Resource == "secrets" {
 			t.Errorf("a plain cluster relates Secrets: %+v; Metacontroller would cache them for nothing", r)
 		}
+	}
+}
+
+// A steady sync parses no certificate: the check of a Secret's version is
+// remembered. Until the leaf expires: the same version checked after its
+// expiry is reported expired.
+func TestTLSSecretCheckIsRememberedUntilExpiry(t *testing.T) {
+	good := issued(t)
+	s := secretKeys{field: "spec.TLS.static.operatorSecret", name: operatorSecret, cert: "etcd-client.crt", key: "etcd-client.key", ca: "etcd-client-ca.crt"}
+	secret := good[operatorSecret].DeepCopy()
+	secret.UID, secret.ResourceVersion = "memo-test", "7"
+	if msg := checkedTLSSecret(secret, s, testNow); msg != "" {
+		t.Fatalf("valid Secret: %s", msg)
+	}
+	// Same version, other bytes: the memo answers, as the API server never
+	// changes bytes without a new resourceVersion.
+	secret.Data["etcd-client.crt"] = []byte("garbage")
+	if msg := checkedTLSSecret(secret, s, testNow); msg != "" {
+		t.Errorf("the remembered check was not used: %s", msg)
+	}
+	secret.Data = good[operatorSecret].DeepCopy().Data
+	if msg := checkedTLSSecret(secret, s, testNow.Add(10*365*24*time.Hour)); !strings.Contains(msg, "expired") {
+		t.Errorf("after the leaf's expiry: %q, want it reported expired", msg)
 	}
 }

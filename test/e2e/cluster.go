@@ -75,12 +75,19 @@ func (c *Cluster) PodNames() []string {
 // MemberURL is a member's client URL by its stable DNS name, the way the
 // hook and other members reach it.
 func (c *Cluster) MemberURL(member string) string {
-	return fmt.Sprintf("http://%s.%s.%s.svc:2379", member, c.Name, c.Namespace)
+	return fmt.Sprintf("%s://%s.%s.%s.svc:2379", c.scheme(), member, c.Name, c.Namespace)
 }
 
 // ServiceURL is the client Service, what an application would use.
 func (c *Cluster) ServiceURL() string {
-	return fmt.Sprintf("http://%s-client.%s.svc:2379", c.Name, c.Namespace)
+	return fmt.Sprintf("%s://%s-client.%s.svc:2379", c.scheme(), c.Name, c.Namespace)
+}
+
+func (c *Cluster) scheme() string {
+	if clientTLSFor(c.Name+"."+c.Namespace+".svc") != nil {
+		return "https"
+	}
+	return "http"
 }
 
 // MemberURLs are the client URLs of every current Pod.
@@ -95,12 +102,16 @@ func (c *Cluster) MemberURLs() []string {
 // NewClient returns an etcd client on the endpoints. gRPC's reconnect backoff
 // is lowered from its 120 s cap: members come and go within seconds here,
 // and a client waiting two minutes to redial would measure gRPC, not etcd.
+//
+// https endpoints are called with the client certificate UseClientTLS
+// registered for their cluster.
 func NewClient(endpoints ...string) (*clientv3.Client, error) {
 	if len(endpoints) == 0 {
 		return nil, errors.New("etcd client: no endpoint")
 	}
 	return clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
+		TLS:         clientTLSForURL(endpoints[0]),
 		DialTimeout: 2 * time.Second,
 		Logger:      zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{

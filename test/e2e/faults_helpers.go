@@ -98,6 +98,7 @@ func ReportFailure(t testing.TB, f Failure) {
 func StartKeepAliveWriter(ctx context.Context, endpoint, prefix string) (*Writer, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{endpoint},
+		TLS:         clientTLSForURL(endpoint),
 		DialTimeout: 2 * time.Second,
 		// etcd refuses pings more frequent than --grpc-keepalive-min-time, 5 s.
 		DialKeepAliveTime:    5 * time.Second,

@@ -110,6 +110,14 @@ func (w *Writer) Acked() int {
 	return len(w.acked)
 }
 
+// Counts are the puts sent and acknowledged so far: their differences
+// across a window tell how many puts failed in it.
+func (w *Writer) Counts() (attempts, acked int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.attempts, len(w.acked)
+}
+
 // WaitAcked waits until n more puts than now are acknowledged, so that a
 // scenario's disruption hits a writer that is known to work.
 func (w *Writer) WaitAcked(ctx context.Context, n int, timeout time.Duration) error {
