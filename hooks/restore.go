@@ -117,8 +117,8 @@ func RestoreCustomizeHandler() http.Handler {
 }
 
 // CustomizeHandler serves the EtcdCluster customize hook: the EtcdRestore
-// named after the cluster and the EtcdBackups of its namespace, which then
-// arrive in every sync request. This is how the hook learns of a restore
+// named after the cluster, the EtcdBackups of its namespace and the
+// Secrets spec.TLS names, which then arrive in every sync request. This is how the hook learns of a restore
 // request without Kubernetes credentials of its own.
 func CustomizeHandler() http.Handler {
 	return customizeHandler(func(body []byte) (any, error) {
@@ -135,7 +135,11 @@ func CustomizeHandler() http.Handler {
 		if err := checkParent(p.APIVersion, p.Kind, p.Metadata, v1beta2.Kind); err != nil {
 			return nil, err
 		}
-		return sync.Related(&v1beta2.EtcdCluster{ObjectMeta: p.Metadata}), nil
+		c := &v1beta2.EtcdCluster{ObjectMeta: p.Metadata}
+		// A spec that does not decode relates no Secret; the sync then
+		// reports the spec, which freezes the cluster anyway.
+		_ = json.Unmarshal(p.Spec, &c.Spec)
+		return sync.Related(c), nil
 	})
 }
 

@@ -22,6 +22,13 @@ func TestRestoreRoutes(t *testing.T) {
 			"the EtcdRestore named after the cluster, and every EtcdBackup of its namespace", 200,
 			`{"relatedResources":[{"apiVersion":"etcd.database.coreos.com/v1beta2","resource":"etcdrestores","namespace":"prod","names":["demo"]},` +
 				`{"apiVersion":"etcd.database.coreos.com/v1beta2","resource":"etcdbackups","labelSelector":{}}]}`},
+		{"TLS cluster customize", "/customize",
+			`{"parent":{"apiVersion":"etcd.database.coreos.com/v1beta2","kind":"EtcdCluster","metadata":{"name":"demo","namespace":"prod"},` +
+				`"spec":{"size":3,"TLS":{"static":{"member":{"peerSecret":"p","serverSecret":"s"},"operatorSecret":"o"}}}}}`,
+			"a TLS cluster's Secrets, by name, so that the hook calls members without Kubernetes credentials", 200,
+			`{"relatedResources":[{"apiVersion":"etcd.database.coreos.com/v1beta2","resource":"etcdrestores","namespace":"prod","names":["demo"]},` +
+				`{"apiVersion":"etcd.database.coreos.com/v1beta2","resource":"etcdbackups","labelSelector":{}},` +
+				`{"apiVersion":"v1","resource":"secrets","namespace":"prod","names":["p","s","o"]}]}`},
 		{"restore customize", "/restore/customize",
 			`{"parent":{"apiVersion":"etcd.database.coreos.com/v1beta2","kind":"EtcdRestore","metadata":{"name":"demo","namespace":"prod"},"spec":{"etcdCluster":{"name":"demo"},"backupStorageType":"S3","s3":{"path":"b/k","awsSecret":"aws"}}}}`,
 			"the cluster and the Secret, by name", 200,
