@@ -85,6 +85,9 @@ func decode(body []byte, parentDecoded func(*sync.Observed)) (*sync.Observed, er
 	} else {
 		o.SpecErrors = cluster.Validate()
 	}
+	// The related objects before the early start: the early read needs the
+	// client certificate a TLS cluster's Secret holds.
+	decodeClusterRelated(o, req.Related)
 	if parentDecoded != nil {
 		parentDecoded(o)
 	}
@@ -102,7 +105,6 @@ func decode(body []byte, parentDecoded func(*sync.Observed)) (*sync.Observed, er
 	if o.PDBs, err = decodeChildren[policyv1.PodDisruptionBudget](req.Children, ChildPDBs); err != nil {
 		return nil, err
 	}
-	decodeClusterRelated(o, req.Related)
 	return o, nil
 }
 

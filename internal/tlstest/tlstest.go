@@ -166,11 +166,16 @@ type ClusterSecrets struct {
 // IssueCluster issues the leaves of one EtcdCluster. Peer and server
 // leaves serve and call (a member dials its peers, and etcd's gRPC gateway
 // dials its own client port with the server leaf), so they carry both
-// usages; 127.0.0.1 is there for the gateway's dial.
+// usages. Both also name 127.0.0.1: the gateway dials from it, and so does
+// every Pod of the e2e harness (they share the host's loopback, where
+// Kubernetes would show each Pod's own IP). etcd checks a caller's leaf
+// against the caller's address: an IP SAN first, else the reverse lookup
+// of the address against the DNS SANs, which is what a member's peers pass
+// by in Kubernetes (the harness's DNS answers those lookups too).
 func (ca *CA) IssueCluster(cluster, namespace, domain string) (ClusterSecrets, error) {
 	peerNames, serverNames := ClusterNames(cluster, namespace, domain)
 	loopback := []net.IP{net.IPv4(127, 0, 0, 1)}
-	peer, err := ca.Issue(LeafOptions{CommonName: cluster + " peer", DNSNames: peerNames, Usage: Server | Client})
+	peer, err := ca.Issue(LeafOptions{CommonName: cluster + " peer", DNSNames: peerNames, IPs: loopback, Usage: Server | Client})
 	if err != nil {
 		return ClusterSecrets{}, err
 	}

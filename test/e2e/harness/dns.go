@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -16,11 +17,12 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 )
 
-// DNSServer is the cluster DNS: an authoritative server for A records that come
-// from live sources (the pod table of each test's APIServer). It answers
-// NXDOMAIN for names no source knows and an empty answer (NODATA) for other
-// record types of known names, so that Go's resolver, which asks A and AAAA in
-// parallel, gets a clean IPv4-only answer.
+// DNSServer is the cluster DNS: an authoritative server for A records, and
+// PTR records of <d>.<c>.<b>.<a>.in-addr.arpa, that come from live sources
+// (the pod table of each test's APIServer). It answers NXDOMAIN for names no
+// source knows and an empty answer (NODATA) for other record types of known
+// names, so that Go's resolver, which asks A and AAAA in parallel, gets a
+// clean IPv4-only answer.
 //
 // Go's resolver does not cache, so a Pod is resolvable the moment it has an IP
 // and stops being so when it is gone; that is why the harness serves DNS
@@ -31,10 +33,12 @@ type DNSServer struct {
 	tcp     net.Listener
 	mu      sync.Mutex
 	sources map[int]func(name string) []netip.Addr
-	nextID  int
-	wg      sync.WaitGroup
-	closed  atomic.Bool
-	Queries atomic.Int64
+	// ptrSources answer reverse lookups, by address.
+	ptrSources map[int]func(ip netip.Addr) []string
+	nextID     int
+	wg         sync.WaitGroup
+	closed     atomic.Bool
+	Queries    atomic.Int64
 }
 
 // StartDNS listens on addr over UDP and TCP. A port of 0 picks a free one.
@@ -61,7 +65,8 @@ func StartDNS(addr string) (*DNSServer, error) {
 			}
 			continue // the ephemeral UDP port was taken over TCP; try another
 		}
-		d := &DNSServer{addr: bound, udp: udp, tcp: tcp, sources: map[int]func(string) []netip.Addr{}}
+		d := &DNSServer{addr: bound, udp: udp, tcp: tcp, sources: map[int]func(string) []netip.Addr{},
+			ptrSources: map[int]func(netip.Addr) []string{}}
 		d.wg.Add(2)
 		go d.serveUDP()
 		go d.serveTCP()
@@ -88,6 +93,22 @@ func (d *DNSServer) AddSource(fn func(name string) []netip.Addr) func() {
 	}
 }
 
+// AddPTRSource registers a reverse lookup function, asked for the address of
+// every in-addr.arpa query; it returns names without the trailing dot. The
+// returned func removes it.
+func (d *DNSServer) AddPTRSource(fn func(ip netip.Addr) []string) func() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	id := d.nextID
+	d.nextID++
+	d.ptrSources[id] = fn
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		delete(d.ptrSources, id)
+	}
+}
+
 // Close stops serving and waits for the serving goroutines.
 func (d *DNSServer) Close() error {
 	d.closed.Store(true)
@@ -109,6 +130,43 @@ func (d *DNSServer) lookup(name string) []netip.Addr {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
 	return out
+}
+
+// reverse collects the names of ip from every PTR source, sorted, without
+// duplicates.
+func (d *DNSServer) reverse(ip netip.Addr) []string {
+	d.mu.Lock()
+	srcs := make([]func(netip.Addr) []string, 0, len(d.ptrSources))
+	for _, id := range sortedIntKeys(d.ptrSources) {
+		srcs = append(srcs, d.ptrSources[id])
+	}
+	d.mu.Unlock()
+	var out []string
+	for _, fn := range srcs {
+		out = append(out, fn(ip)...)
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// reverseAddr parses an IPv4 reverse name, d.c.b.a.in-addr.arpa (lowercase,
+// without the trailing dot). IPv6 reverse names are not: no Pod has an IPv6
+// address.
+func reverseAddr(name string) (netip.Addr, bool) {
+	rest, ok := strings.CutSuffix(name, ".in-addr.arpa")
+	if !ok {
+		return netip.Addr{}, false
+	}
+	labels := strings.Split(rest, ".")
+	if len(labels) != 4 {
+		return netip.Addr{}, false
+	}
+	slices.Reverse(labels)
+	ip, err := netip.ParseAddr(strings.Join(labels, "."))
+	if err != nil || !ip.Is4() {
+		return netip.Addr{}, false
+	}
+	return ip, true
 }
 
 func (d *DNSServer) serveUDP() {
@@ -195,10 +253,15 @@ func (d *DNSServer) answer(req []byte, limit int) []byte {
 	}
 	name := strings.TrimSuffix(strings.ToLower(q.Name.String()), ".")
 	var ips []netip.Addr
+	var ptrs []string
 	if q.Class == dnsmessage.ClassINET {
-		ips = d.lookup(name)
+		if ip, ok := reverseAddr(name); ok {
+			ptrs = d.reverse(ip)
+		} else {
+			ips = d.lookup(name)
+		}
 	}
-	if len(ips) == 0 {
+	if len(ips) == 0 && len(ptrs) == 0 {
 		rh.RCode = dnsmessage.RCodeNameError
 	}
 	b := dnsmessage.NewBuilder(make([]byte, 0, 512), rh)
@@ -222,6 +285,25 @@ func (d *DNSServer) answer(req []byte, limit int) []byte {
 			}
 			err := b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 5},
 				dnsmessage.AResource{A: ip.As4()})
+			if err != nil {
+				return nil
+			}
+		}
+	}
+	if q.Type == dnsmessage.TypePTR {
+		// A PTR record costs its name plus 12 bytes with a compressed
+		// owner name; as for A, stay within the limit.
+		room := limit - 12 - len(q.Name.String()) - 6
+		for _, p := range ptrs {
+			n, err := dnsmessage.NewName(p + ".")
+			if err != nil {
+				continue
+			}
+			if room -= 12 + len(p) + 2; room < 0 {
+				break
+			}
+			err = b.PTRResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 5},
+				dnsmessage.PTRResource{PTR: n})
 			if err != nil {
 				return nil
 			}
@@ -314,4 +396,36 @@ func podIPsByHostname(api *APIServer, namespace, subdomain, hostname string, str
 		}
 	}
 	return out
+}
+
+// clusterPTR answers reverse lookups of Pod IPs as CoreDNS does:
+// <hostname>.<subdomain>.<namespace>.svc.cluster.local for a Pod with a
+// hostname and a subdomain whose name clusterDNS resolves to that IP, in the
+// same mode (strict: a selecting headless Service named like the subdomain,
+// and readiness unless it publishes not-ready addresses). CoreDNS answers only
+// the cluster-domain form, never <...>.svc, which is why a certificate whose
+// wildcard SAN etcd matches by suffix against this name (--peer-client-cert-auth
+// with DNS SANs) needs the *.<subdomain>.<namespace>.svc.cluster.local form.
+// Other addresses, Services' included (the harness has no virtual IPs), get
+// no name.
+func clusterPTR(api *APIServer, strict bool) func(netip.Addr) []string {
+	return func(ip netip.Addr) []string {
+		var out []string
+		for _, pod := range api.List(TypePod, "") {
+			podIP, err := netip.ParseAddr(nestedString(pod, "status", "podIP"))
+			if err != nil || podIP != ip {
+				continue
+			}
+			hostname := strings.ToLower(nestedString(pod, "spec", "hostname"))
+			subdomain := strings.ToLower(nestedString(pod, "spec", "subdomain"))
+			namespace := nestedString(pod, "metadata", "namespace")
+			if hostname == "" || subdomain == "" {
+				continue
+			}
+			if slices.Contains(podIPsByHostname(api, namespace, subdomain, hostname, strict), ip) {
+				out = append(out, hostname+"."+subdomain+"."+namespace+".svc.cluster.local")
+			}
+		}
+		return out
+	}
 }

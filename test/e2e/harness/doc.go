@@ -35,6 +35,15 @@
 //     finalize hook is called until it answers finalized: true. Child
 //     operations the API server refuses are recorded as ApplyErrors and fail
 //     the test at Close unless taken with TakeApplyErrors.
+//     Hooks on https URLs (webhooktls.go) are verified as by Metacontroller
+//     v4.16+: against the hook's caBundle (inline, secretRef or
+//     configMapRef, key ca.crt by default), else the one of the first
+//     endpointConfigs entry whose host (host or host:port) matches the URL,
+//     else the system roots; exactly those roots, TLS 1.2 at least, a client
+//     per hook. Bundles are resolved once, by NewMetacontroller, which fails
+//     on one it cannot resolve or parse, as Metacontroller then refuses to
+//     start the controller; a rotated CA needs a new Metacontroller. A TLS
+//     failure is a failed call like any other (SyncRecord.Err, HookErrors).
 //   - Kubelet (kubelet.go, probes.go, podspec.go): each Pod gets its own
 //     loopback address 127.0.<x>.<y> (the "pod network", never reused in a
 //     run) and each container becomes a process of bin/etcd-v<tag> (see
@@ -46,7 +55,18 @@
 //     behave as on a node. An image tag without a binary is an image that
 //     cannot be pulled: the Pod stays Pending in ErrImagePull/ImagePullBackOff.
 //     emptyDir volumes live in the Pod directory and go with the Pod; a PVC
-//     maps to a directory that lives as long as the claim. Fault hooks:
+//     maps to a directory that lives as long as the claim. Secret volumes
+//     (secretvolume.go, with items, defaultMode and optional) have the
+//     kubelet's AtomicWriter layout: the files in a ..<timestamp> directory,
+//     ..data a symlink to it, each key (or first element of an item's path)
+//     a symlink <key> -> ..data/<key>. Every SecretRefreshPeriod a changed
+//     Secret is written to a new timestamped directory and a new ..data is
+//     renamed over the old one, so that a reader of the key's path never
+//     misses it nor reads half of an update; a Secret deleted later leaves
+//     the last files (an optional one empties the volume, as on a node). A
+//     subPath of a Secret volume is a copy taken at the container's start,
+//     like the kubelet's bind mount, so it changes only with a restart.
+//     Kubelet.VolumeDir gives a volume's host directory. Fault hooks:
 //     KillContainer (kill -9), Pause/Resume (SIGSTOP/SIGCONT), Signal, and
 //     Partition/Heal (partition.go): with KubeletConfig.PodGroups each Pod
 //     runs under a group of its own, and nftables drops what the Pod sends
@@ -54,7 +74,13 @@
 //   - DNSServer (dns.go): the cluster DNS, hand-written on
 //     golang.org/x/net/dns/dnsmessage. <hostname>.<subdomain>.<ns>.svc and
 //     <service>.<ns>.svc (with or without .cluster.local) get A records from
-//     the live Pods; unknown names get NXDOMAIN, AAAA an empty answer.
+//     the live Pods; unknown names get NXDOMAIN, AAAA an empty answer. A Pod
+//     IP's in-addr.arpa name gets, as from CoreDNS, a PTR record
+//     <hostname>.<subdomain>.<ns>.svc.cluster.local. when that name resolves
+//     to the IP (the same rules, strict or not), NXDOMAIN otherwise: etcd's
+//     TLS listeners match it against a caller's wildcard DNS SANs by suffix,
+//     so of the wildcards only *.<subdomain>.<ns>.svc.cluster.local matches
+//     it, never *.<subdomain>.<ns>.svc.
 //   - The sandbox (mountns.go): Main, called from TestMain, re-executes the
 //     test binary in a private mount namespace, starts the DNS server on
 //     127.53.<a>.<b>:53 and bind-mounts a resolv.conf pointing at it (plus a
@@ -107,8 +133,15 @@
 // order, each to a successful exit, before the app containers (a failing one
 // is restarted with the same backoff, and reported with its exit code and
 // termination message); a Pod sandbox is never restarted, so they never run
-// twice. Secret volumes are written once, at scheduling; an optional Secret
-// that does not exist mounts empty. A PVC's readOnly is not enforced. Exec
+// twice. Secret volumes are refreshed every second instead of about every
+// minute (the kubelet's sync period plus its cache TTL), and a superseded
+// timestamped directory is removed a refresh later rather than at once: with
+// the kubelet's immediate removal a reader that resolved ..data just before
+// the swap misses the file, rarely, and tests must not be flaky for it. A
+// Secret volume that cannot be written (a missing non-optional Secret or
+// key) is retried at every refresh; meanwhile the containers that mount it
+// wait in CreateContainerConfigError (ContainerCreating with FailedMount on
+// a node). A PVC's readOnly is not enforced. Exec
 // and gRPC probes, envFrom, configMap/hostPath volumes and commands other
 // than etcd, etcdctl, etcdutl and this project's etcd-hook (in its image, or
 // copied into a volume) are not supported and show up as Pod events and

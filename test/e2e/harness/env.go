@@ -148,7 +148,9 @@ func (e *Env) logf(format string, args ...any) {
 func (e *Env) start() error {
 	verbose := e.opts.Verbose || os.Getenv("ETCDHOOK_E2E_VERBOSE") == "1"
 	if dns := SandboxDNS(); dns != nil {
-		e.dnsRemove = dns.AddSource(clusterDNS(e.API, e.opts.StrictDNS))
+		removeA := dns.AddSource(clusterDNS(e.API, e.opts.StrictDNS))
+		removePTR := dns.AddPTRSource(clusterPTR(e.API, e.opts.StrictDNS))
+		e.dnsRemove = func() { removeA(); removePTR() }
 	}
 	if err := os.MkdirAll(filepath.Join(e.Dir, "logs"), 0o755); err != nil {
 		return fmt.Errorf("logs dir: %w", err)

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +47,10 @@ type KubeletConfig struct {
 	ImagePullBackoff time.Duration
 	// Tick is how often a Pod worker looks at its Pod besides events [100ms].
 	Tick time.Duration
+	// SecretRefreshPeriod is how often a Pod's Secret volumes are compared
+	// with their Secrets and rewritten if they changed: on a node, the
+	// kubelet's sync period plus its Secret cache TTL, about a minute [1s].
+	SecretRefreshPeriod time.Duration
 	// Logf receives one line per notable Pod event (optional).
 	Logf func(format string, args ...any)
 	// PodGroups runs each Pod's containers with a primary group of their
@@ -78,6 +83,9 @@ func (c *KubeletConfig) defaults() {
 	}
 	if c.Tick == 0 {
 		c.Tick = 100 * time.Millisecond
+	}
+	if c.SecretRefreshPeriod == 0 {
+		c.SecretRefreshPeriod = time.Second
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
@@ -352,6 +360,23 @@ func (k *Kubelet) ContainerPID(namespace, pod, container string) (int, error) {
 	return p.Pid, nil
 }
 
+// VolumeDir returns the host directory behind a volume of a running Pod,
+// the directory its containers see at their mountPath: for a Secret volume,
+// the AtomicWriter layout (..data and one symlink per key).
+func (k *Kubelet) VolumeDir(namespace, pod, volume string) (string, error) {
+	w, err := k.workerFor(namespace, pod)
+	if err != nil {
+		return "", err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d, ok := w.volumes[volume]
+	if !ok {
+		return "", fmt.Errorf("pod %s/%s volume %q is not mounted: %w", namespace, pod, volume, ErrNotFound)
+	}
+	return d, nil
+}
+
 // ContainerLog returns the path of a container's log file.
 func (k *Kubelet) ContainerLog(namespace, pod, container string) string {
 	return filepath.Join(k.LogDir(), fmt.Sprintf("%s_%s_%s.log", namespace, pod, container))
@@ -369,11 +394,16 @@ type podWorker struct {
 	scheduled   bool
 	unschedMsg  string
 	ip, lo      netip.Addr
-	volumes     map[string]string
+	volumes     map[string]string // written under mu, read by VolumeDir
 	startTime   time.Time
 	conds       map[corev1.PodConditionType]corev1.PodCondition
 	lastStatus  string
 	terminating bool
+
+	// secrets are the Pod's Secret volumes, refreshed when nextSecretSync
+	// has passed.
+	secrets        []*secretVolume
+	nextSecretSync time.Time
 
 	mu   sync.Mutex // guards ctrs[*].p and inits[*].p for readers outside the worker
 	ctrs []*ctrState
@@ -466,6 +496,7 @@ func (w *podWorker) run(ctx context.Context) {
 			return
 		}
 		w.sync(&pod)
+		w.refreshSecrets(pod.Namespace)
 		w.publish(&pod)
 		select {
 		case <-ctx.Done():
@@ -494,24 +525,15 @@ func (w *podWorker) gracePeriod(pod *corev1.Pod) time.Duration {
 // as the scheduler does. Then it gets its IPs and directories.
 func (w *podWorker) schedule(pod *corev1.Pod) bool {
 	vols := map[string]string{}
+	var secrets []*secretVolume
 	for _, v := range pod.Spec.Volumes {
 		switch {
 		case v.EmptyDir != nil:
 			vols[v.Name] = filepath.Join(w.dir, "volumes", v.Name)
 		case v.Secret != nil:
-			// Written once, at scheduling; a Secret that does not exist
-			// leaves the volume out (the containers that mount it then
-			// fail to start), where a kubelet would keep retrying.
-			// An optional Secret that does not exist mounts as an empty
-			// directory, as the kubelet does.
-			d := filepath.Join(w.dir, "volumes", v.Name)
-			if err := w.writeSecret(pod.Namespace, v.Secret.SecretName, d); err != nil {
-				w.k.event(w.ref, "volume %s: %v", v.Name, err)
-				if v.Secret.Optional == nil || !*v.Secret.Optional {
-					continue
-				}
-			}
-			vols[v.Name] = d
+			// Written once the Pod is bound, below, and refreshed by
+			// refreshSecrets.
+			secrets = append(secrets, &secretVolume{name: v.Name, dir: filepath.Join(w.dir, "volumes", v.Name), src: *v.Secret})
 		case v.PersistentVolumeClaim != nil:
 			claim := v.PersistentVolumeClaim.ClaimName
 			pvc, ok := w.k.api.Get(Ref{Type: TypePVC, Namespace: pod.Namespace, Name: claim})
@@ -549,8 +571,74 @@ func (w *podWorker) schedule(pod *corev1.Pod) bool {
 			return false
 		}
 	}
-	w.ip, w.volumes, w.scheduled, w.unschedMsg, w.startTime = ip, vols, true, "", time.Now()
+	// A Secret volume that cannot be written (its Secret does not exist,
+	// an item names a missing key) is left out: the containers that mount
+	// it fail to start until a refresh writes it.
+	for _, sv := range secrets {
+		if w.writeSecretVolume(pod.Namespace, sv) {
+			vols[sv.name] = sv.dir
+		}
+	}
+	w.mu.Lock()
+	w.volumes = vols
+	w.mu.Unlock()
+	w.ip, w.secrets, w.scheduled, w.unschedMsg, w.startTime = ip, secrets, true, "", time.Now()
+	w.nextSecretSync = w.startTime.Add(w.k.cfg.SecretRefreshPeriod)
 	w.k.event(w.ref, "scheduled: pod IP %s", ip)
+	return true
+}
+
+// refreshSecrets is the kubelet's periodic remount of Secret volumes: every
+// SecretRefreshPeriod each one is rewritten if its Secret changed, and one
+// that could not be written yet is tried again. A Secret that is gone keeps
+// the files last written (unless optional, see secretPayload).
+func (w *podWorker) refreshSecrets(namespace string) {
+	if !w.scheduled || len(w.secrets) == 0 || time.Now().Before(w.nextSecretSync) {
+		return
+	}
+	w.nextSecretSync = time.Now().Add(w.k.cfg.SecretRefreshPeriod)
+	for _, sv := range w.secrets {
+		for _, d := range sv.stale {
+			if err := os.RemoveAll(d); err != nil {
+				w.k.event(w.ref, "volume %s: remove %s: %v", sv.name, filepath.Base(d), err)
+			}
+		}
+		sv.stale = nil
+		mounted := sv.written
+		if w.writeSecretVolume(namespace, sv) && !mounted {
+			w.mu.Lock()
+			w.volumes[sv.name] = sv.dir
+			w.mu.Unlock()
+			w.poke() // containers waiting for it can start
+		}
+	}
+}
+
+// writeSecretVolume writes the volume's payload if it changed and reports
+// whether the volume is mounted (written at least once).
+func (w *podWorker) writeSecretVolume(namespace string, sv *secretVolume) bool {
+	payload, err := secretPayload(w.k.api, namespace, &sv.src)
+	if err == nil && sv.written && payloadEqual(payload, sv.current) {
+		return true
+	}
+	var stale string
+	if err == nil {
+		stale, err = writeAtomic(sv.dir, payload)
+	}
+	if err != nil {
+		if msg := err.Error(); msg != sv.reported {
+			sv.reported = msg
+			w.k.event(w.ref, "volume %s: %v", sv.name, err)
+		}
+		return sv.written
+	}
+	if stale != "" {
+		sv.stale = append(sv.stale, stale)
+	}
+	if sv.written {
+		w.k.event(w.ref, "volume %s: secret %q changed, %d files rewritten", sv.name, sv.src.SecretName, len(payload))
+	}
+	sv.written, sv.current, sv.reported = true, payload, ""
 	return true
 }
 
@@ -679,7 +767,9 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c *ctrState) {
 	}
 	termLog := w.termLog(c.name)
 	_ = os.Remove(termLog)
-	plan, err := planContainer(podContext{pod: pod, ip: w.ip, lo: w.lo, binDir: w.k.cfg.BinDir, volumes: w.volumes, home: w.dir, rootfs: rootfs, termLog: termLog}, &c.spec)
+	subPaths := w.secretSubPaths(c)
+	plan, err := planContainer(podContext{pod: pod, ip: w.ip, lo: w.lo, binDir: w.k.cfg.BinDir, volumes: w.volumes, subPaths: subPaths,
+		home: w.dir, rootfs: rootfs, termLog: termLog}, &c.spec)
 	switch {
 	case errors.Is(err, errImagePull):
 		c.pullFailures++
@@ -729,6 +819,42 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c *ctrState) {
 	w.setProc(c, p)
 	w.k.event(w.ref, "container %s: started %s (pid %d) %s", c.name, filepath.Base(plan.Binary), p.Pid, strings.Join(plan.Args, " "))
 	w.startProbes(pod, c)
+}
+
+// secretSubPaths copies what the container's subPath mounts of Secret
+// volumes name, as they are now. The kubelet bind-mounts the file (or
+// directory) ..data resolves to at the container's start, so such a mount
+// never sees an update, until the container restarts; the copy behaves the
+// same. A subPath that does not resolve keeps the plain path.
+func (w *podWorker) secretSubPaths(c *ctrState) map[int]string {
+	var out map[int]string
+	for i, m := range c.spec.VolumeMounts {
+		if m.SubPath == "" {
+			continue
+		}
+		for _, sv := range w.secrets {
+			if sv.name != m.Name || !sv.written {
+				continue
+			}
+			src, err := filepath.EvalSymlinks(filepath.Join(sv.dir, filepath.Clean("/"+m.SubPath)))
+			if err != nil {
+				continue
+			}
+			dst := filepath.Join(w.dir, "volume-subpaths", m.Name, c.name, strconv.Itoa(i))
+			if err := os.RemoveAll(dst); err == nil {
+				err = copyTree(src, dst)
+			}
+			if err != nil {
+				w.k.event(w.ref, "container %s: subPath %s of volume %s: %v", c.name, m.SubPath, m.Name, err)
+				continue
+			}
+			if out == nil {
+				out = map[int]string{}
+			}
+			out[i] = dst
+		}
+	}
+	return out
 }
 
 func (w *podWorker) stopContainer(pod *corev1.Pod, c *ctrState, grace time.Duration) {
@@ -1024,32 +1150,4 @@ func qosClass(pod *corev1.Pod) corev1.PodQOSClass {
 // termLog is the host file behind a container's termination message.
 func (w *podWorker) termLog(container string) string {
 	return filepath.Join(w.dir, "containers", container, "termination-log")
-}
-
-// writeSecret materializes a Secret's data as files, one per key.
-func (w *podWorker) writeSecret(namespace, name, dir string) error {
-	obj, ok := w.k.api.Get(Ref{Type: TypeSecret, Namespace: namespace, Name: name})
-	if !ok {
-		return fmt.Errorf("secret %q not found", name)
-	}
-	var secret corev1.Secret
-	if err := json.Unmarshal(mustJSON(obj), &secret); err != nil {
-		return fmt.Errorf("secret %q: %w", name, err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	files := map[string][]byte{}
-	for k, v := range secret.Data {
-		files[k] = v
-	}
-	for k, v := range secret.StringData {
-		files[k] = []byte(v)
-	}
-	for k, v := range files {
-		if err := os.WriteFile(filepath.Join(dir, k), v, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
 }

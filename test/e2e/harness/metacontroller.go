@@ -69,6 +69,17 @@ type ControllerConfig struct {
 	// CustomizeURL, when set, is the customize hook: it is asked before
 	// every sync which related objects to send [none].
 	CustomizeURL string
+
+	// The hooks' webhook caBundle, for https URLs (Metacontroller v4.16+):
+	// the CA certificates the hook's certificate is verified against,
+	// instead of the system roots. A hook's own bundle wins over
+	// EndpointConfigs. Secrets and ConfigMaps they name must exist when
+	// NewMetacontroller is called: bundles are resolved once, when the
+	// controller is created, as Metacontroller does [none].
+	SyncCABundle, FinalizeCABundle, CustomizeCABundle *CABundle
+	// EndpointConfigs is spec.endpointConfigs: the caBundle of the hooks
+	// whose URL host matches an entry's host [none].
+	EndpointConfigs []EndpointConfig
 }
 
 func (c *ControllerConfig) defaults() {
@@ -160,11 +171,13 @@ func (e ApplyError) Error() string {
 
 // Metacontroller emulates one CompositeController over EtcdCluster parents.
 type Metacontroller struct {
-	cfg    ControllerConfig
-	api    *APIServer
-	client *http.Client
-	ctrl   Object
-	types  map[string]ChildType
+	cfg   ControllerConfig
+	api   *APIServer
+	ctrl  Object
+	types map[string]ChildType
+
+	// One client per hook, each trusting exactly its resolved caBundle.
+	syncClient, finalizeClient, customizeClient *http.Client
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -188,18 +201,45 @@ type Metacontroller struct {
 	taken        int // applyErrs[:taken] were handed to the test
 }
 
-// NewMetacontroller creates the emulator; Start makes it run.
+// NewMetacontroller creates the emulator; Start makes it run. Like
+// Metacontroller creating a controller for a CompositeController, it fails
+// on a configuration it could not run: hook caBundles that cannot be
+// resolved (a missing Secret, ConfigMap or key) or parsed.
 func NewMetacontroller(api *APIServer, cfg ControllerConfig) (*Metacontroller, error) {
 	cfg.defaults()
 	if cfg.SyncURL == "" || cfg.FinalizeURL == "" {
 		return nil, errors.New("metacontroller: SyncURL and FinalizeURL are required")
 	}
+	for i, ec := range cfg.EndpointConfigs {
+		if ec.Host == "" {
+			return nil, fmt.Errorf("metacontroller %s: spec.endpointConfigs[%d].host: Required value", cfg.Name, i)
+		}
+	}
 	mc := &Metacontroller{
 		cfg: cfg, api: api,
-		client:  &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: cfg.Workers}},
 		types:   map[string]ChildType{},
 		sem:     make(chan struct{}, cfg.Workers),
 		workers: map[string]*parentWorker{}, metrics: map[string]*Metrics{},
+	}
+	hooks := []struct {
+		name   string
+		url    string
+		bundle *CABundle
+		client **http.Client
+	}{
+		{"sync", cfg.SyncURL, cfg.SyncCABundle, &mc.syncClient},
+		{"finalize", cfg.FinalizeURL, cfg.FinalizeCABundle, &mc.finalizeClient},
+		{"customize", cfg.CustomizeURL, cfg.CustomizeCABundle, &mc.customizeClient},
+	}
+	for _, h := range hooks {
+		if h.url == "" {
+			continue
+		}
+		c, err := hookClient(api, h.url, h.bundle, cfg.EndpointConfigs, cfg.Workers)
+		if err != nil {
+			return nil, fmt.Errorf("metacontroller %s: can't resolve endpoint config for %s hook: %w", cfg.Name, h.name, err)
+		}
+		*h.client = c
 	}
 	var childResources []any
 	for _, t := range cfg.ChildTypes {
@@ -213,17 +253,32 @@ func NewMetacontroller(api *APIServer, cfg ControllerConfig) (*Metacontroller, e
 			"updateStrategy": map[string]any{"method": method},
 		})
 	}
+	webhook := func(url string, bundle *CABundle) map[string]any {
+		w := map[string]any{"url": url, "timeout": cfg.Timeout.String()}
+		if bundle != nil {
+			w["caBundle"] = bundle.withDefaults()
+		}
+		return map[string]any{"version": "v1", "webhook": w}
+	}
 	spec := map[string]any{
 		"generateSelector": true,
 		"parentResource":   map[string]any{"apiVersion": "etcd.database.coreos.com/v1beta2", "resource": cfg.ParentResource},
 		"childResources":   childResources,
 		"hooks": map[string]any{
-			"sync":     map[string]any{"version": "v1", "webhook": map[string]any{"url": cfg.SyncURL, "timeout": cfg.Timeout.String()}},
-			"finalize": map[string]any{"version": "v1", "webhook": map[string]any{"url": cfg.FinalizeURL, "timeout": cfg.Timeout.String()}},
+			"sync":     webhook(cfg.SyncURL, cfg.SyncCABundle),
+			"finalize": webhook(cfg.FinalizeURL, cfg.FinalizeCABundle),
 		},
 	}
 	if cfg.CustomizeURL != "" {
-		spec["hooks"].(map[string]any)["customize"] = map[string]any{"version": "v1", "webhook": map[string]any{"url": cfg.CustomizeURL, "timeout": cfg.Timeout.String()}}
+		spec["hooks"].(map[string]any)["customize"] = webhook(cfg.CustomizeURL, cfg.CustomizeCABundle)
+	}
+	if len(cfg.EndpointConfigs) > 0 {
+		var ecs []any
+		for _, ec := range cfg.EndpointConfigs {
+			ec.CABundle = ec.CABundle.withDefaults()
+			ecs = append(ecs, ec)
+		}
+		spec["endpointConfigs"] = ecs
 	}
 	if cfg.ResyncPeriod > 0 {
 		spec["resyncPeriodSeconds"] = cfg.ResyncPeriod.Seconds()
@@ -265,7 +320,11 @@ func (mc *Metacontroller) Stop() {
 		mc.cancel()
 	}
 	mc.wg.Wait()
-	mc.client.CloseIdleConnections()
+	for _, c := range []*http.Client{mc.syncClient, mc.finalizeClient, mc.customizeClient} {
+		if c != nil {
+			c.CloseIdleConnections()
+		}
+	}
 }
 
 func (mc *Metacontroller) onEvent(ev Event) {
@@ -591,7 +650,11 @@ func (mc *Metacontroller) call(ctx context.Context, key, url string, body []byte
 		return nil, fmt.Errorf("hook request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := mc.client.Do(req)
+	client := mc.syncClient
+	if finalizing {
+		client = mc.finalizeClient
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		rec.Err = err
 		return nil, fmt.Errorf("hook %s: %w", url, err)
@@ -989,7 +1052,7 @@ func (mc *Metacontroller) related(ctx context.Context, parent Object) (map[strin
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := mc.client.Do(req)
+	resp, err := mc.customizeClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("customize hook: %w", err)
 	}

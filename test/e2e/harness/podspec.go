@@ -31,7 +31,9 @@ import (
 //   - $(VAR) in command, args and env values is expanded as the kubelet does,
 //     $$ escapes it, unknown references stay as written;
 //   - a value that starts with a volumeMount's mountPath is moved to the host
-//     directory of that volume (emptyDir: per Pod; PVC: per claim); any other
+//     directory of that volume (emptyDir: per Pod; PVC: per claim; Secret:
+//     per Pod, refreshed in place, but a subPath of it is a copy taken at
+//     the container's start, as a bind mount of the file is); any other
 //     absolute path (but /dev, /proc, /sys) lands in the container's own
 //     writable layer, a directory emptied at every container start, so that
 //     a data dir without a volume loses its data on restart as it would in
@@ -92,6 +94,9 @@ type podContext struct {
 	// termLog is the host file behind the container's
 	// terminationMessagePath.
 	termLog string
+	// subPaths replace the host path of volumeMounts, by index: the copy
+	// a subPath mount of a Secret volume gets at the container's start.
+	subPaths map[int]string
 }
 
 // hookImage reports this project's own image, which runs bin/etcd-hook:
@@ -319,13 +324,16 @@ type mountPoint struct{ ctr, host string }
 // mounts win.
 func mountMap(pc podContext, c *corev1.Container) ([]mountPoint, error) {
 	var out []mountPoint
-	for _, m := range c.VolumeMounts {
+	for i, m := range c.VolumeMounts {
 		host, ok := pc.volumes[m.Name]
 		if !ok {
 			return nil, fmt.Errorf("%w: volumeMount %s: volume not available", errContainerConfig, m.Name)
 		}
 		if m.SubPath != "" {
 			host = filepath.Join(host, filepath.Clean("/"+m.SubPath))
+		}
+		if p, ok := pc.subPaths[i]; ok {
+			host = p
 		}
 		ctr := path.Clean(m.MountPath)
 		if ctr == "/" {

@@ -34,6 +34,8 @@ func typedFor(typ string) any {
 		return &corev1.PersistentVolumeClaim{}
 	case TypePDB:
 		return &policyv1.PodDisruptionBudget{}
+	case TypeConfigMap:
+		return &corev1.ConfigMap{}
 	}
 	return nil
 }
