@@ -16,7 +16,6 @@ var (
 	clientTLS   = map[string]*tls.Config{}
 )
 
-
 // UseClientTLS makes clients of the cluster's https URLs present cfg's
 // certificate and trust its roots, until the returned func is called.
 func UseClientTLS(cluster, namespace string, cfg *tls.Config) (forget func()) {
