@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,8 +21,12 @@ import (
 
 // BackupOptions is one backup run.
 type BackupOptions struct {
-	// Endpoints are client URLs of the cluster's members.
+	// Endpoints are client URLs of the cluster's members, called with the
+	// scheme they give: https ones need TLS.
 	Endpoints []string
+	// TLS is the client certificate for members that serve TLS (see
+	// LoadClientTLS); nil for plain HTTP.
+	TLS *tls.Config
 	// Periodic names the object "<key>_v<revision>_<time>" and prunes to
 	// MaxBackups; otherwise the object is the key itself, as in a CoreOS
 	// one-shot backup.
@@ -110,8 +115,11 @@ func Backup(ctx context.Context, opts BackupOptions, store Store, base string) R
 	if len(opts.Endpoints) == 0 {
 		return fail(errors.New("no etcd endpoint to back up"))
 	}
+	if err := needsTLS(opts.Endpoints, opts.TLS); err != nil {
+		return fail(err)
+	}
 
-	member, err := pickMember(ctx, opts.Endpoints)
+	member, err := pickMember(ctx, opts.Endpoints, opts.TLS)
 	if err != nil {
 		return fail(cause(ctx, err))
 	}
@@ -125,7 +133,7 @@ func Backup(ctx context.Context, opts BackupOptions, store Store, base string) R
 
 	// A fixed flow-control window: gRPC otherwise grows it with the
 	// transfer (up to 16 MiB on a fast link), and the agent's memory with it.
-	cli, err := newClient(member.endpoint, grpc.WithInitialWindowSize(snapshotWindow), grpc.WithInitialConnWindowSize(snapshotWindow))
+	cli, err := newClient(member.endpoint, opts.TLS, grpc.WithInitialWindowSize(snapshotWindow), grpc.WithInitialConnWindowSize(snapshotWindow))
 	if err != nil {
 		return fail(err)
 	}
@@ -193,8 +201,8 @@ type memberState struct {
 // endpoints name and those etcd lists, so that a client Service's URL (or
 // a CoreOS etcdEndpoints list naming a few members) still finds the
 // member furthest ahead.
-func pickMember(ctx context.Context, endpoints []string) (memberState, error) {
-	cli, err := newClientFor(endpoints)
+func pickMember(ctx context.Context, endpoints []string, tc *tls.Config) (memberState, error) {
+	cli, err := newClientFor(endpoints, tc)
 	if err != nil {
 		return memberState{}, err
 	}
@@ -222,6 +230,12 @@ func pickMember(ctx context.Context, endpoints []string) (memberState, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// A member list of a TLS cluster names https URLs even when
+			// the endpoints given did not.
+			if err := needsTLS([]string{ep}, tc); err != nil {
+				answers[i].err = err
+				return
+			}
 			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			st, err := cli.Status(sctx, ep)
@@ -244,9 +258,13 @@ func pickMember(ctx context.Context, endpoints []string) (memberState, error) {
 		}
 	}
 	if best == nil {
-		return memberState{}, fmt.Errorf("no etcd member answered: %w", errors.Join(errs...))
+		err := fmt.Errorf("no etcd member answered: %w", errors.Join(errs...))
+		if why := explainTLS(ctx, candidates, tc); why != "" {
+			err = fmt.Errorf("%w; %s", err, why)
+		}
+		return memberState{}, err
 	}
-	one, err := newClient(best.endpoint)
+	one, err := newClient(best.endpoint, tc)
 	if err != nil {
 		return memberState{}, err
 	}
@@ -264,13 +282,17 @@ func pickMember(ctx context.Context, endpoints []string) (memberState, error) {
 // snapshotWindow is the gRPC window of the snapshot stream.
 const snapshotWindow = 2 << 20
 
-func newClient(endpoint string, opts ...grpc.DialOption) (*clientv3.Client, error) {
-	return newClientFor([]string{endpoint}, opts...)
+func newClient(endpoint string, tc *tls.Config, opts ...grpc.DialOption) (*clientv3.Client, error) {
+	return newClientFor([]string{endpoint}, tc, opts...)
 }
 
-func newClientFor(endpoints []string, opts ...grpc.DialOption) (*clientv3.Client, error) {
+// newClientFor dials the endpoints with the schemes they give: clientv3
+// uses tc for https endpoints only, and checks each member's certificate
+// against the host name of its own URL.
+func newClientFor(endpoints []string, tc *tls.Config, opts ...grpc.DialOption) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
+		TLS:         tc,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 		DialOptions: opts,

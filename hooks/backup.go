@@ -128,9 +128,10 @@ func checkBackupParent(p *backupParent) error {
 }
 
 // BackupCustomizeHandler serves the EtcdBackup customize hook: the objects
-// a sync needs that are not its children, the S3 Secret and the named
-// EtcdCluster, which then arrive in every sync request's related map. The
-// hook so reads them without Kubernetes credentials of its own.
+// a sync needs that are not its children, the S3 Secret (or the claim),
+// the clientTLSSecret and the named EtcdCluster, which then arrive in
+// every sync request's related map. The hook so reads them without
+// Kubernetes credentials of its own.
 func BackupCustomizeHandler() http.Handler {
 	return customizeHandler(func(body []byte) (any, error) {
 		var req struct {

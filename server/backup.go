@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,7 +34,13 @@ func runBackup(args []string) error {
 		maxBackups = fs.Int("max-backups", 0, "with --periodic, how many backups to keep; 0 keeps all")
 		timeout    = fs.Duration("timeout", 30*time.Minute, "bound on the whole run")
 		resultFile = fs.String("result-file", "/dev/termination-log", "where the JSON result goes (the container's termination message)")
+		tlsFiles   agent.ClientTLSFiles
 	)
+	// etcdctl's names, as the CoreOS operator's users know them.
+	fs.StringVar(&tlsFiles.Cert, "cert", "", "client certificate for members that serve TLS (https endpoints); with --key and --cacert")
+	fs.StringVar(&tlsFiles.Key, "key", "", "the client certificate's private key")
+	fs.StringVar(&tlsFiles.CA, "cacert", "", "the CA the members' server certificates are checked against")
+	fs.StringVar(&tlsFiles.Secret, "tls-secret", "", "the Secret mounted with --cert, --key and --cacert, named when a file is missing")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,6 +58,13 @@ func runBackup(args []string) error {
 		failed := func(err error) agent.Result {
 			now := time.Now().UTC()
 			return agent.Result{Reason: err.Error(), Start: now, End: now}
+		}
+		var tc *tls.Config
+		if !tlsFiles.IsZero() {
+			var err error
+			if tc, err = agent.LoadClientTLS(tlsFiles, time.Now()); err != nil {
+				return failed(err)
+			}
 		}
 		var store agent.Store
 		var base string
@@ -76,7 +90,7 @@ func runBackup(args []string) error {
 			store, base = s3, cfg.Key()
 		}
 		return agent.Backup(ctx, agent.BackupOptions{
-			Endpoints: eps, Periodic: *periodic, MaxBackups: *maxBackups, Timeout: *timeout, Logger: logger,
+			Endpoints: eps, TLS: tc, Periodic: *periodic, MaxBackups: *maxBackups, Timeout: *timeout, Logger: logger,
 		}, store, base)
 	}()
 	if err := agent.WriteResult(*resultFile, res); err != nil {

@@ -77,8 +77,14 @@ type BackupSpec struct {
 	// +optional
 	PVC *PVCBackupSource `json:"pvc,omitempty"`
 
-	// ClientTLSSecret (CoreOS) holds etcd-client.crt, etcd-client.key and
-	// etcd-client-ca.crt for clusters that serve TLS.
+	// ClientTLSSecret (CoreOS) names a Secret in the same namespace with
+	// the client certificate that runs call members serving TLS (https
+	// endpoints) with: etcd-client.crt, etcd-client.key and
+	// etcd-client-ca.crt (the CA of the members' server certificates).
+	// It is checked before each run and mounted into the run's Pod.
+	// Without it, a backup by clusterName of a cluster with spec.TLS uses
+	// that cluster's operatorSecret, and https etcdEndpoints are refused
+	// with the condition ClientTLSMissing.
 	// +optional
 	ClientTLSSecret string `json:"clientTLSSecret,omitempty"`
 }

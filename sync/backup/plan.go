@@ -2,12 +2,13 @@
 //
 // Like the cluster's planner it is pure: given the EtcdBackup, its run
 // Pods and the related objects the customize hook asked for (the S3
-// Secret, the EtcdCluster it names), it returns the run Pod to keep or
-// start, the status and when to look again. A run is one Pod of this
-// project's image in backup mode; its outcome comes back as the Pod's
-// termination message. The schedule is derived from the status alone, so
-// a restarted hook, or one that was down, reaches the same decision: a
-// missed period gives one run at once, never a burst.
+// Secret or the claim, the clientTLSSecret, the EtcdCluster it names), it
+// returns the run Pod to keep or start, the status and when to look
+// again. A run is one Pod of this project's image in backup mode; its
+// outcome comes back as the Pod's termination message. The schedule is
+// derived from the status alone, so a restarted hook, or one that was
+// down, reaches the same decision: a missed period gives one run at once,
+// never a burst.
 package backup
 
 import (
@@ -175,12 +176,12 @@ func (p *planner) missingRun() runState {
 		p.record(last, agent.Result{Reason: fmt.Sprintf("the backup Pod %s is gone and reported no result", last.Name)})
 		return ended
 	}
-	endpoints, reason, _ := p.endpoints()
+	t, reason, _ := p.target()
 	if reason != "" || len(p.o.SpecErrors) > 0 {
 		p.record(last, agent.Result{Reason: fmt.Sprintf("the backup Pod %s is gone and reported no result", last.Name)})
 		return ended
 	}
-	p.children = append(p.children, sync.Child{Kind: sync.KindPod, Name: last.Name, Object: p.runPod(last.Name, endpoints)})
+	p.children = append(p.children, sync.Child{Kind: sync.KindPod, Name: last.Name, Object: p.runPod(last.Name, t)})
 	p.progressing = cond{metav1.ConditionTrue, ReasonRunning, "backup " + last.Name + " is running"}
 	p.resync = resyncRunning
 	return running
@@ -239,9 +240,12 @@ func (p *planner) maybeStart(mayStart bool) {
 		p.block(ReasonInvalidSpec, "the spec is invalid, so no backup is taken: "+p.o.SpecErrors.ToAggregate().Error())
 		return
 	}
-	endpoints, reason, msg := p.endpoints()
+	t, reason, msg := p.target()
 	if reason == "" {
 		reason, msg = p.checkDestination()
+	}
+	if reason == "" {
+		reason, msg = p.checkClientTLS(t.tls)
 	}
 	if reason != "" {
 		p.block(reason, msg)
@@ -263,7 +267,7 @@ func (p *planner) maybeStart(mayStart bool) {
 		Start:               metav1.NewTime(p.o.Now.UTC().Truncate(time.Second)),
 		ConsecutiveFailures: p.failures(),
 	}
-	p.children = append(p.children, sync.Child{Kind: sync.KindPod, Name: name, Object: p.runPod(name, endpoints)})
+	p.children = append(p.children, sync.Child{Kind: sync.KindPod, Name: name, Object: p.runPod(name, t)})
 	p.progressing = cond{metav1.ConditionTrue, ReasonRunning, "backup " + name + " started: " + why}
 	p.resync = resyncRunning
 }
@@ -336,21 +340,32 @@ func (p *planner) timeout() time.Duration {
 	return DefaultTimeout
 }
 
-// endpoints are the spec's, or the named EtcdCluster's client Service.
-func (p *planner) endpoints() (eps []string, reason, msg string) {
+// runTarget is what a run calls: the cluster's endpoints, and the client
+// certificate when they serve TLS.
+type runTarget struct {
+	endpoints []string
+	tls       *clientTLS
+}
+
+// target is the spec's endpoints, as given, or the client Service of the
+// EtcdCluster clusterName names, with the scheme its TLS policy gives it
+// (its server certificates carry the Service's name); and the client
+// certificate to call them with.
+func (p *planner) target() (t runTarget, reason, msg string) {
 	spec := p.o.Backup.Spec
+	var cluster *v1beta2.EtcdCluster
 	if spec.ClusterName == "" {
-		return spec.EtcdEndpoints, "", ""
+		t.endpoints = spec.EtcdEndpoints
+	} else {
+		c, ok := p.o.Clusters[spec.ClusterName]
+		if !ok {
+			return t, ReasonClusterNotFound, fmt.Sprintf("EtcdCluster %q not found in namespace %s", spec.ClusterName, p.o.Backup.Namespace)
+		}
+		cluster = c
+		t.endpoints = []string{sync.AddressesOf(c).ServiceURL()}
 	}
-	c, ok := p.o.Clusters[spec.ClusterName]
-	if !ok {
-		return nil, ReasonClusterNotFound, fmt.Sprintf("EtcdCluster %q not found in namespace %s", spec.ClusterName, p.o.Backup.Namespace)
-	}
-	host := fmt.Sprintf("%s.%s.svc", sync.ClientServiceName(c.Name), c.Namespace)
-	if d := c.Spec.Pod.ClusterDomainSuffix(); d != "" {
-		host += "." + d
-	}
-	return []string{fmt.Sprintf("http://%s:%d", host, sync.ClientPort)}, "", ""
+	t.tls, reason, msg = p.clientTLSFor(t.endpoints, cluster)
+	return t, reason, msg
 }
 
 // checkDestination looks at what a run mounts, the S3 Secret or the

@@ -1,6 +1,8 @@
 package backup
 
 import (
+	"slices"
+
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/sync"
 )
@@ -9,13 +11,24 @@ import (
 type RelatedResource = sync.RelatedResource
 
 // Related lists the objects a sync of an EtcdBackup needs besides its
-// children: the S3 Secret or the PersistentVolumeClaim, checked before a
-// run mounts it, and the EtcdCluster that clusterName names. By name, never by selector:
-// Metacontroller then watches only these.
+// children: the S3 Secret or the PersistentVolumeClaim, and the
+// clientTLSSecret, checked before a run mounts them, and the EtcdCluster
+// that clusterName names. By name, never by selector: Metacontroller then
+// watches only these. The Secrets share one rule, each name once.
+//
+// The named EtcdCluster's operatorSecret cannot be here: this hook is
+// called with the EtcdBackup alone, so it cannot know the name. A run
+// mounts that Secret optionally instead (see clientTLS).
 func Related(namespace string, spec v1beta2.BackupSpec) []RelatedResource {
 	out := []RelatedResource{}
-	if spec.S3 != nil && spec.S3.AWSSecret != "" {
-		out = append(out, RelatedResource{APIVersion: "v1", Resource: "secrets", Namespace: namespace, Names: []string{spec.S3.AWSSecret}})
+	var secrets []string
+	for _, name := range []string{awsSecret(spec), spec.ClientTLSSecret} {
+		if name != "" && !slices.Contains(secrets, name) {
+			secrets = append(secrets, name)
+		}
+	}
+	if len(secrets) > 0 {
+		out = append(out, RelatedResource{APIVersion: "v1", Resource: "secrets", Namespace: namespace, Names: secrets})
 	}
 	if spec.PVC != nil && spec.PVC.ClaimName != "" {
 		out = append(out, RelatedResource{APIVersion: "v1", Resource: "persistentvolumeclaims", Namespace: namespace, Names: []string{spec.PVC.ClaimName}})
@@ -24,4 +37,11 @@ func Related(namespace string, spec v1beta2.BackupSpec) []RelatedResource {
 		out = append(out, RelatedResource{APIVersion: v1beta2.APIVersion, Resource: "etcdclusters", Namespace: namespace, Names: []string{spec.ClusterName}})
 	}
 	return out
+}
+
+func awsSecret(spec v1beta2.BackupSpec) string {
+	if spec.S3 == nil {
+		return ""
+	}
+	return spec.S3.AWSSecret
 }

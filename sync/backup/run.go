@@ -28,13 +28,14 @@ const (
 	nonrootUID = 65532
 )
 
-// runPod renders one run: the agent with the S3 Secret mounted, no
-// Kubernetes credentials, nothing written but its result.
-func (p *planner) runPod(name string, endpoints []string) *corev1.Pod {
+// runPod renders one run: the agent with the S3 Secret (or the claim)
+// and the client certificate's Secret mounted, no Kubernetes credentials,
+// nothing written but its result.
+func (p *planner) runPod(name string, t runTarget) *corev1.Pod {
 	b := p.o.Backup
 	args := []string{
 		"backup",
-		"--endpoints=" + strings.Join(endpoints, ","),
+		"--endpoints=" + strings.Join(t.endpoints, ","),
 		fmt.Sprintf("--timeout=%s", p.timeout()),
 		// Where the kubelet reads the termination message, named rather
 		// than left to the agent's default, so that it is visibly the same.
@@ -74,7 +75,7 @@ func (p *planner) runPod(name string, endpoints []string) *corev1.Pod {
 	// The kubelet ends a run that outlives its timeout by much; the agent
 	// itself gives up at the timeout and aborts its upload.
 	deadline := int64((p.timeout() + startGrace).Seconds())
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: b.Namespace,
@@ -111,6 +112,8 @@ func (p *planner) runPod(name string, endpoints []string) *corev1.Pod {
 			Volumes: []corev1.Volume{volume},
 		},
 	}
+	addClientTLS(pod, t.tls)
+	return pod
 }
 
 func ptr[T any](v T) *T { return &v }
