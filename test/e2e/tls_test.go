@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/etcdhook/etcd-hook/internal/s3test"
 	"github.com/etcdhook/etcd-hook/internal/tlstest"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
@@ -122,7 +124,7 @@ func (s *tlsScenario) servedSerial(member string, port int) (*big.Int, error) {
 }
 
 func TestTLS(t *testing.T) {
-	base := newFaultScenario(t, harness.Options{ClusterCustomize: true})
+	base := newFaultScenario(t, harness.Options{ClusterCustomize: true, Backups: true})
 	ca, err := tlstest.NewCA("etcd ca")
 	if err != nil {
 		t.Fatal(err)
@@ -144,10 +146,12 @@ func TestTLS(t *testing.T) {
 		return
 	}
 	s.refusesOtherClients()
+	s.missingSecret()
 	s.rotateLeaves()
 	if t.Failed() {
 		return
 	}
+	s.backup()
 	for _, size := range []int{5, 3} {
 		step := fmt.Sprintf("TLS: scale to %d", size)
 		s.startWriter(fmt.Sprintf("tls-scale-%d", size))
@@ -273,6 +277,59 @@ func (s *tlsScenario) rotateLeaves() {
 	s.verifyWrites("TLS: leaf rotation")
 	// The hook now holds only the new operator certificate's connections;
 	// the scale and upgrade steps that follow are made through them.
+}
+
+// backup: an EtcdBackup by clusterName snapshots the TLS cluster through
+// its https client Service, with the cluster's operator certificate (the
+// rotated one), into a real S3 server.
+func (s *tlsScenario) backup() {
+	t := s.t
+	b := &backupScenario{scenario: s.scenario, s3: s3test.Start(t)}
+	b.s3.CreateBucket(t, backupBucket)
+	b.createSecret("aws", s3test.AccessKey, s3test.SecretKey)
+	b.createBackup("tls-backup", b.s3Spec("tls/backup.db", "aws"), nil)
+	st := b.waitBackup("tls-backup", 90*time.Second, "the backup of the TLS cluster succeeded", func(st BackupStatus) bool {
+		return st.Succeeded && st.LastBackup != nil
+	})
+	if st.LastBackup.Revision == 0 || st.LastBackup.Size == 0 {
+		t.Errorf("backup of the TLS cluster: %+v, want a snapshot with a revision", st.LastBackup)
+	}
+	t.Logf("TLS: backup: %s, revision %d, %d bytes", st.LastBackup.Location, st.LastBackup.Revision, st.LastBackup.Size)
+}
+
+// missingSecret: a new TLS cluster whose server Secret does not exist is
+// not created at all, and says which Secret is missing.
+func (s *tlsScenario) missingSecret() {
+	t := s.t
+	const name = "no-secret"
+	spec := map[string]any{"size": 3, "TLS": map[string]any{"static": map[string]any{
+		"member":         map[string]any{"peerSecret": tlsPeerSecret, "serverSecret": "missing-server-tls"},
+		"operatorSecret": tlsOperatorSecret,
+	}}}
+	if _, err := s.env.MC.CreateParent(ns, name, spec); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{Env: s.env, Namespace: ns, Name: name}
+	var msg string
+	err := s.env.WaitFor(30*time.Second, name+": Degraded TLSSecretInvalid", func() (bool, string) {
+		_, st, ok := c.Parent()
+		if !ok {
+			return false, "no parent"
+		}
+		status, reason := st.Condition("Degraded")
+		msg = st.ConditionMessage("Degraded")
+		return status == "True" && reason == "TLSSecretInvalid", status + " " + reason + ": " + msg
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `Secret "missing-server-tls" (spec.TLS.static.member.serverSecret) not found`; !strings.Contains(msg, want) {
+		t.Errorf("Degraded message %q lacks %q", msg, want)
+	}
+	if pods := c.PodNames(); len(pods) != 0 {
+		t.Errorf("a TLS cluster without its Secret has Pods %v, want none", pods)
+	}
+	t.Logf("TLS: missing Secret: %s", msg)
 }
 
 // upgrade rolls the TLS cluster to version under the writer.
