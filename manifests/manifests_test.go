@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -36,6 +37,7 @@ const (
 	compositeControllerFile = "metacontroller/compositecontroller.yaml"
 	kustomizationFile       = "kustomization.yaml"
 	examplesDir             = "examples"
+	tlsDir                  = "tls"
 )
 
 // repoRoot is the module root: tests run in their package's directory.
@@ -183,6 +185,13 @@ func readDocuments(t *testing.T, file string) []document {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parseDocuments(t, file, b)
+}
+
+// parseDocuments parses every document of YAML that came from file (a
+// name for messages).
+func parseDocuments(t *testing.T, file string, b []byte) []document {
+	t.Helper()
 	var docs []document
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	for i := 0; ; i++ {
@@ -303,7 +312,7 @@ func TestManifestsParse(t *testing.T) {
 				t.Errorf("%s: apiVersion %q and kind %q must both be set", d, apiVersion, kind)
 				continue
 			}
-			if kind == "Kustomization" {
+			if kind == "Kustomization" || kind == "Component" {
 				continue
 			}
 			if d.str("metadata", "name") == "" {
@@ -576,18 +585,17 @@ func TestKustomization(t *testing.T) {
 		t.Fatal(err)
 	}
 	listed := map[string]bool{}
-	for _, r := range k.Resources {
-		if _, err := os.Stat(r); err != nil {
-			t.Errorf("resource %s: %v", r, err)
-		}
-		listed[filepath.ToSlash(filepath.Clean(r))] = true
+	for _, f := range resourceFiles(t, ".", k.Resources) {
+		listed[f] = true
 	}
 	for _, f := range manifestFiles(t) {
-		if f == kustomizationFile || strings.HasPrefix(f, examplesDir+"/") {
+		// The HTTPS entry points build on the same directories, and
+		// TestTLSOverlays checks what they render.
+		if path.Base(f) == kustomizationFile || strings.HasPrefix(f, examplesDir+"/") || strings.HasPrefix(f, tlsDir+"/") {
 			continue
 		}
 		if !listed[f] {
-			t.Errorf("%s is not listed in %s", f, kustomizationFile)
+			t.Errorf("%s is not listed in %s, nor in a directory it lists", f, kustomizationFile)
 		}
 	}
 
@@ -609,6 +617,38 @@ func TestKustomization(t *testing.T) {
 			t.Errorf("image %s of container %s cannot be overridden: no images: entry named %s", c.Image, c.Name, name)
 		}
 	}
+}
+
+// resourceFiles lists the files a kustomization's resources name, relative
+// to manifests/: a directory stands for the resources of its own
+// kustomization.yaml.
+func resourceFiles(t *testing.T, dir string, resources []string) []string {
+	t.Helper()
+	var files []string
+	for _, r := range resources {
+		p := filepath.Join(dir, r)
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Errorf("resource %s of %s: %v", r, filepath.Join(dir, kustomizationFile), err)
+			continue
+		}
+		if !st.IsDir() {
+			files = append(files, filepath.ToSlash(filepath.Clean(p)))
+			continue
+		}
+		docs := readDocuments(t, filepath.Join(p, kustomizationFile))
+		if len(docs) != 1 {
+			t.Fatalf("%s: %d documents, want 1", filepath.Join(p, kustomizationFile), len(docs))
+		}
+		sub, _ := lookup(docs[0].data, "resources").([]any)
+		var names []string
+		for _, s := range sub {
+			name, _ := s.(string)
+			names = append(names, name)
+		}
+		files = append(files, resourceFiles(t, p, names)...)
+	}
+	return files
 }
 
 // TestCRDShape guards the parts of the generated CRD that users and the

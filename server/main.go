@@ -41,6 +41,9 @@ const DefaultAgentImage = "ghcr.io/etcdhook/etcd-hook:latest"
 
 type config struct {
 	addr            string
+	tlsAddr         string
+	tlsCertFile     string
+	tlsKeyFile      string
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
 	maxEtcdConns    int
@@ -50,22 +53,65 @@ type config struct {
 func parseFlags(args []string) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("etcd-hook", flag.ContinueOnError)
-	fs.StringVar(&cfg.addr, "addr", ":8080", "address to serve the hooks, health and metrics on")
+	fs.StringVar(&cfg.addr, "addr", ":8080", "address to serve the hooks, health and metrics on, over plain HTTP (probes, Prometheus, curl)")
+	// Sync requests carry Secrets (TLS keys, S3 credentials) as related
+	// objects, so in a cluster they must not cross the network in clear.
+	fs.StringVar(&cfg.tlsCertFile, "tls-cert-file", "", "PEM certificate (chain) to also serve everything over HTTPS on --tls-addr, with --tls-key-file; "+
+		"re-read when the file changes, so a mounted Secret rotates without a restart. In a cluster, Metacontroller must call the hooks on the HTTPS port: sync requests carry Secrets")
+	fs.StringVar(&cfg.tlsKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	fs.StringVar(&cfg.tlsAddr, "tls-addr", ":8443", "address to serve the hooks, health and metrics on over HTTPS, when --tls-cert-file is set")
 	// Longer than a sync can take (observation plus one bounded step), so
 	// a sync in flight at SIGTERM completes.
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to let requests in flight finish on SIGTERM")
 	fs.IntVar(&cfg.maxEtcdConns, "max-idle-etcd-conns", etcdclient.DefaultMaxIdleConns, "etcd connections kept open between syncs, across all clusters")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.agentImage, "agent-image", DefaultAgentImage, "this project's image, which backup runs and the seed of a restored cluster start; keep it equal to the hook's own image")
-	return cfg, fs.Parse(args)
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.checkTLS()
+}
+
+// checkTLS refuses TLS flags that cannot make one HTTPS server beside the
+// plain one.
+func (cfg config) checkTLS() error {
+	switch {
+	case (cfg.tlsCertFile == "") != (cfg.tlsKeyFile == ""):
+		return errors.New("--tls-cert-file and --tls-key-file are set together or not at all")
+	case cfg.tlsCertFile == "":
+		return nil
+	case cfg.tlsAddr == "":
+		return errors.New("--tls-addr is empty: HTTPS needs an address of its own")
+	case cfg.tlsAddr == cfg.addr:
+		return fmt.Errorf("--tls-addr %q is also --addr: HTTPS needs an address of its own", cfg.tlsAddr)
+	}
+	return nil
 }
 
 func run(args []string) error {
+	// Installed before anything listens: once the hook answers, SIGTERM
+	// means a graceful shutdown.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return serve(ctx, args)
+}
+
+// serve runs the hook until ctx ends, then shuts it down gracefully: plain
+// HTTP on --addr, and with --tls-cert-file the same router over HTTPS on
+// --tls-addr.
+func serve(ctx context.Context, args []string) error {
 	cfg, err := parseFlags(args)
 	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+
+	var certs *certReloader
+	if cfg.tlsCertFile != "" {
+		if certs, err = newCertReloader(cfg.tlsCertFile, cfg.tlsKeyFile, logger); err != nil {
+			return err
+		}
+	}
 
 	registry := prometheus.NewRegistry()
 	metrics := newMetrics(registry)
@@ -74,39 +120,52 @@ func run(args []string) error {
 	reconciler := &reconcile.Reconciler{Dialer: pool, Recorder: metrics, Logger: logger, AgentImage: cfg.agentImage}
 
 	ready := &readiness{}
-	srv := &http.Server{
-		Addr:              cfg.addr,
-		Handler:           newRouter(reconciler, hooks.BackupConfig{AgentImage: cfg.agentImage}, metrics, registry, logger, ready),
-		ReadHeaderTimeout: 5 * time.Second,
-		// A sync takes at most a few seconds; Metacontroller gives up at
-		// its hook timeout anyway.
-		WriteTimeout: 30 * time.Second,
-		IdleTimeout:  120 * time.Second,
+	router := newRouter(reconciler, hooks.BackupConfig{AgentImage: cfg.agentImage}, metrics, registry, logger, ready)
+	servers := []*hookServer{{Server: newHTTPServer(cfg.addr, router, logger), scheme: "http"}}
+	if certs != nil {
+		srv := newHTTPServer(cfg.tlsAddr, router, logger)
+		srv.TLSConfig = certs.serverConfig()
+		servers = append(servers, &hookServer{Server: srv, scheme: "https"})
+	}
+	// Every address is bound before any is served, so that a port in use
+	// fails the start instead of leaving the hook half up.
+	for _, s := range servers {
+		if err := s.listen(); err != nil {
+			closeListeners(servers)
+			return err
+		}
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.ListenAndServe() }()
-	logger.Info("serving", "addr", cfg.addr)
+	serveErr := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { serveErr <- s.serve() }()
+		logger.Info("serving", "addr", s.Addr, "scheme", s.scheme)
+	}
 	ready.set(true)
 
+	var failed error
 	select {
-	case err := <-serveErr:
-		return err
+	case failed = <-serveErr:
+		// One server stopped by itself: stop the other too, rather than
+		// serve health on one port and no hooks on the other.
+		logger.Error("a server stopped; shutting down", "error", failed.Error())
 	case <-ctx.Done():
 	}
 	// Fail readiness first so the Service stops sending new syncs here,
 	// then let the ones in flight finish.
 	ready.set(false)
 	logger.Info("shutting down", "timeout", cfg.shutdownTimeout.String())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	errs := []error{failed, shutdown(servers, cfg.shutdownTimeout)}
+	// The others' Serve returned http.ErrServerClosed as Shutdown began;
+	// the one that failed has reported already.
+	remaining := len(servers)
+	if failed != nil {
+		remaining--
 	}
-	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	for range remaining {
+		if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -76,6 +76,7 @@ func TestManifests(t *testing.T) {
 		{"Accepted", testAccepted},
 		{"UnknownFields", testUnknownFields},
 		{"PrinterColumns", testPrinterColumns},
+		{"TLSOverlays", testTLSOverlays},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.fn(t, k) }) && s.name == "Install" {
@@ -273,6 +274,10 @@ var invalidClusters = []struct {
 		want: []string{`spec: Invalid value: spec.pod.labels: the label "app" and labels starting with "etcd_" are reserved for the hook`}},
 	{name: "reserved-label-etcd", spec: `{size: 3, pod: {labels: {etcd_node: x}}}`,
 		want: []string{`spec: Invalid value: spec.pod.labels: the label "app" and labels starting with "etcd_" are reserved for the hook`}},
+	{name: "tls-operator-secret-alone", spec: `{size: 3, TLS: {static: {operatorSecret: etcd-client-tls}}}`,
+		want: []string{`spec.TLS: Invalid value: spec.TLS.static: operatorSecret and member.serverSecret are set together or not at all`}},
+	{name: "tls-server-secret-alone", spec: `{size: 3, TLS: {static: {member: {peerSecret: etcd-peer-tls, serverSecret: etcd-server-tls}}}}`,
+		want: []string{`spec.TLS: Invalid value: spec.TLS.static: operatorSecret and member.serverSecret are set together or not at all`}},
 	{name: "name-too-long", objName: strings.Repeat("a", 57), spec: `{size: 3}`,
 		want: []string{`<nil>: Invalid value: metadata.name must be at most 56 characters: it names the member Pods (<name>-<5 characters>) and the Service <name>-client, which must be DNS labels of at most 63 characters`}},
 	{name: "name-not-dns-label", objName: "etcd.example", spec: `{size: 3}`,
@@ -341,6 +346,8 @@ var validClusters = []struct{ name, spec string }{
 	{name: "version-prerelease", spec: `{size: 3, version: 3.6.0-rc.1}`},
 	{name: "a" + strings.Repeat("b", 55), spec: `{size: 3}`},
 	{name: "other-labels", spec: `{size: 3, pod: {labels: {application: x, my-etcd_x: "y"}}}`},
+	{name: "tls-coreos", spec: `{size: 3, TLS: {static: {member: {peerSecret: etcd-peer-tls, serverSecret: etcd-server-tls}, operatorSecret: etcd-client-tls}}}`},
+	{name: "tls-peer-only", spec: `{size: 3, TLS: {static: {member: {peerSecret: etcd-peer-tls}}}}`},
 }
 
 // testAccepted: the schema does not refuse what the hook accepts.
