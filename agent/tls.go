@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/etcdhook/etcd-hook/etcdclient"
+	"github.com/etcdhook/etcd-hook/internal/pemcert"
 )
 
 // ClientTLSFiles are the files a run calls members that serve TLS with:
@@ -54,7 +55,7 @@ func LoadClientTLS(f ClientTLSFiles, now time.Time) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	leaf, err := firstPEMCertificate(cert)
+	leaf, err := pemcert.First(cert)
 	if err != nil {
 		return nil, fmt.Errorf("the client certificate %s: %w", f.Cert, err)
 	}
@@ -90,23 +91,6 @@ func (f ClientTLSFiles) read(path, what string) ([]byte, error) {
 		return nil, fmt.Errorf("the %s %s is empty", what, path)
 	}
 	return data, nil
-}
-
-func firstPEMCertificate(data []byte) (*x509.Certificate, error) {
-	for rest := data; ; {
-		var block *pem.Block
-		if block, rest = pem.Decode(rest); block == nil {
-			return nil, errors.New("holds no PEM certificate")
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("the certificate does not parse: %w", err)
-		}
-		return cert, nil
-	}
 }
 
 func hasPEMPrivateKey(data []byte) bool {

@@ -3,7 +3,6 @@ package sync
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/internal/pemcert"
 )
 
 // TLS of the members, the CoreOS operator's way: the Secrets that
@@ -266,7 +266,7 @@ func checkTLSSecret(secret *corev1.Secret, s secretKeys, now time.Time) (string,
 		return "lacks key " + strings.Join(missing, ", "), time.Time{}
 	}
 	cert, key, ca := secretValue(secret, s.cert), secretValue(secret, s.key), secretValue(secret, s.ca)
-	leaf, err := firstCertificate(cert)
+	leaf, err := pemcert.First(cert)
 	if err != nil {
 		return fmt.Sprintf("key %q: %v", s.cert, err), time.Time{}
 	}
@@ -290,24 +290,6 @@ func checkTLSSecret(secret *corev1.Secret, s secretKeys, now time.Time) (string,
 func wildcardOf(host string) string {
 	_, rest, _ := strings.Cut(host, ".")
 	return "*." + rest
-}
-
-func firstCertificate(data []byte) (*x509.Certificate, error) {
-	for rest := data; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			return nil, fmt.Errorf("holds no PEM certificate")
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("the certificate does not parse: %w", err)
-		}
-		return cert, nil
-	}
 }
 
 // relatedSecretNames are the Secrets an EtcdCluster's sync needs to see.

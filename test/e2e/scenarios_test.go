@@ -160,6 +160,22 @@ func (s *scenario) leader() string {
 	return name
 }
 
+// killEtcd kill -9s the member's etcd and waits until the kubelet has
+// restarted it in the same Pod. Converged alone could be checked before the
+// kubelet even saw the exit; the restart must have happened first.
+func (s *scenario) killEtcd(victim string, before Pod) {
+	s.t.Helper()
+	if err := s.env.Kubelet.KillContainer(ns, victim, "etcd"); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.env.WaitFor(convergeTimeout, victim+" restarted", func() (bool, string) {
+		p := podByName(s.c.Pods(), victim)
+		return p.Restarts == before.Restarts+1 && p.UID == before.UID, fmt.Sprintf("%+v", p)
+	}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
 // seeded returns a scenario with the seed example converged at 3 members.
 func seeded(t *testing.T) *scenario {
 	t.Helper()
@@ -293,17 +309,7 @@ func TestKilledMemberRestartsWithoutMembershipChange(t *testing.T) {
 	}
 
 	start, syncs := time.Now(), s.syncs()
-	if err := s.env.Kubelet.KillContainer(ns, victim, "etcd"); err != nil {
-		t.Fatal(err)
-	}
-	// Converged alone could be checked before the kubelet even saw the
-	// exit; the restart must have happened first.
-	if err := s.env.WaitFor(convergeTimeout, victim+" restarted", func() (bool, string) {
-		p := podByName(s.c.Pods(), victim)
-		return p.Restarts == pod.Restarts+1 && p.UID == pod.UID, fmt.Sprintf("%+v", p)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	s.killEtcd(victim, pod)
 	fig := s.converge(step, start, syncs, 3)
 	Report(t, fig)
 

@@ -363,15 +363,7 @@ func (s *tlsScenario) killOne() {
 	victim := s.follower(s.leader())
 	pod := podByName(s.c.Pods(), victim)
 	start, syncs := time.Now(), s.syncs()
-	if err := s.env.Kubelet.KillContainer(ns, victim, "etcd"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.env.WaitFor(convergeTimeout, victim+" restarted", func() (bool, string) {
-		p := podByName(s.c.Pods(), victim)
-		return p.Restarts == pod.Restarts+1 && p.UID == pod.UID, fmt.Sprintf("%+v", p)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	s.killEtcd(victim, pod)
 	Report(t, s.converge(step, start, syncs, 3))
 	if after := s.members(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("members changed across a kill -9: before %v, after %v", before, after)
