@@ -841,7 +841,8 @@ func (w *podWorker) secretSubPaths(c *ctrState) map[int]string {
 				continue
 			}
 			dst := filepath.Join(w.dir, "volume-subpaths", m.Name, c.name, strconv.Itoa(i))
-			if err := os.RemoveAll(dst); err == nil {
+			err = os.RemoveAll(dst)
+			if err == nil {
 				err = copyTree(src, dst)
 			}
 			if err != nil {
