@@ -129,7 +129,7 @@ bench: build etcd-bins $(VERSITYGW) ## measure the hook against its floor (BENCH
 	BENCH_REPORT=1 BENCH_RESTORE_FILE=$(BIN_DIR)/restore.md $(GO) test ./test/e2e/ -run '^TestRestoreBenchReport$$' -count=1 -v -timeout 15m
 	@echo "tables: $(BIN_DIR)/hook-cost.md $(BIN_DIR)/isolation.md $(BIN_DIR)/backup.md $(BIN_DIR)/scale.md $(BIN_DIR)/convergence.md $(BIN_DIR)/restore.md"
 
-bench-quick: build etcd-bins ## a short hook-cost run, for CI-sized checks (under 2 minutes)
+bench-quick: build etcd-bins ## a short hook-cost run, plain and TLS members, for CI-sized checks (about 2 minutes)
 	BENCH_REPORT=1 BENCH_SAMPLES=300 BENCH_WINDOW_MS=500 $(GO) test ./test/bench -run '^TestHookCostReport$$' -count=1 -v -timeout 5m
 
 # The scale benchmark of issue 7: one hook process serving 1000 clusters,
@@ -147,7 +147,7 @@ bench-restore: build etcd-bins $(VERSITYGW) ## a 256 MiB restore into 3 members 
 	BENCH_REPORT=1 BENCH_RESTORE_FILE=$(BIN_DIR)/restore.md $(GO) test ./test/e2e/ -run '^TestRestoreBenchReport$$' -count=1 -v -timeout 15m
 
 .PHONY: bench-scale
-bench-scale: build ## one hook, 1000 clusters, 5 unreachable: RSS and latency (bin/scale.md)
+bench-scale: build ## one hook, 1000 clusters, 5 unreachable; then 1000 with half TLS: RSS and latency (bin/scale.md)
 	BENCH_REPORT=1 BENCH_SCALE_FILE=$(BIN_DIR)/scale.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 20m
 
 manifests: $(CONTROLLER_GEN) ## regenerate the CRD under manifests/crd from api/

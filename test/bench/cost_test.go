@@ -18,7 +18,7 @@ var memberCounts = []int{1, 3, 5, 7}
 // the echo floor, over loopback HTTP; compare the pairs with benchstat.
 func BenchmarkSync(b *testing.B) {
 	for _, n := range memberCounts {
-		r := newRig(b, n)
+		r := newRig(b, n, false)
 		for _, path := range []string{"/sync", "/echo"} {
 			b.Run(fmt.Sprintf("members=%d/%s", n, strings.TrimPrefix(path, "/")), func(b *testing.B) {
 				b.ReportAllocs()
@@ -31,32 +31,59 @@ func BenchmarkSync(b *testing.B) {
 	}
 }
 
-// TestHookCostReport prints the hook-cost table of BENCHMARKS.md. It runs
-// only when asked (BENCH_REPORT=1, set by make bench), since it measures
-// rather than checks.
+// TestHookCostReport prints the hook-cost tables of BENCHMARKS.md: a
+// steady sync against the floor, for members serving plain HTTP and TLS;
+// the first sync on new connections against a steady one; and what a kept
+// connection and a parsed client certificate cost. It runs only when asked
+// (BENCH_REPORT=1, set by make bench), since it measures rather than
+// checks.
 func TestHookCostReport(t *testing.T) {
 	if os.Getenv("BENCH_REPORT") == "" {
 		t.Skip("set BENCH_REPORT=1 (make bench) to measure")
 	}
 	samples := envInt("BENCH_SAMPLES", 2000)
 	window := time.Duration(envInt("BENCH_WINDOW_MS", 2000)) * time.Millisecond
-	var lines []string
-	lines = append(lines, "| members | request | hook p50 | floor p50 | ratio | hook p99 | floor p99 | ratio | hook syncs/s | floor /s | ratio | hook allocs | floor allocs | ratio | etcd read p50 |",
-		"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	for _, n := range memberCounts {
-		r := newRig(t, n)
-		hook, echo, read := r.latencies(t, samples)
-		hookRate, echoRate := r.throughput(t, "/sync", window), r.throughput(t, "/echo", window)
-		hookAllocs, echoAllocs := r.allocs(t, "/sync", 200), r.allocs(t, "/echo", 200)
-		lines = append(lines, fmt.Sprintf("| %d | %d KiB | %s | %s | %.2f | %s | %s | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f | %s |",
-			n, len(r.request)/1024,
-			us(pct(hook, 50)), us(pct(echo, 50)), ratio(pct(hook, 50), pct(echo, 50)),
-			us(pct(hook, 99)), us(pct(echo, 99)), ratio(pct(hook, 99), pct(echo, 99)),
-			hookRate, echoRate, hookRate/echoRate,
-			hookAllocs, echoAllocs, hookAllocs/echoAllocs, us(pct(read, 50))))
+	// Every sync on new connections leaves a connection per member in
+	// TIME_WAIT; a tenth of the samples keeps them well inside the port
+	// range.
+	dialSamples := max(20, samples/10)
+	cost := []string{
+		"| members | etcd | request | hook p50 | floor p50 | ratio | hook p99 | floor p99 | ratio | hook syncs/s | floor /s | ratio | hook allocs | floor allocs | ratio | etcd read p50 |",
+		"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
 	}
-	report := strings.Join(lines, "\n") + "\n"
-	t.Logf("hook cost, %d samples each, %d cores:\n%s", samples, runtime.NumCPU(), report)
+	dials := []string{
+		"| members | etcd | steady sync p50 | sync on new connections p50 | added | steady etcd read p50 | read on new connections p50 | added | hook allocs, new connections / steady |",
+		"|---|---|---|---|---|---|---|---|---|",
+	}
+	for _, n := range memberCounts {
+		for _, withTLS := range []bool{false, true} {
+			// A subtest each, so that each rig's members stop before the
+			// next rig's start.
+			t.Run(fmt.Sprintf("members=%d/tls=%t", n, withTLS), func(t *testing.T) {
+				r := newRig(t, n, withTLS)
+				hook, echo, read := r.latencies(t, samples)
+				hookRate, echoRate := r.throughput(t, "/sync", window), r.throughput(t, "/echo", window)
+				hookAllocs, echoAllocs := r.allocs(t, "/sync", 200), r.allocs(t, "/echo", 200)
+				cost = append(cost, fmt.Sprintf("| %d | %s | %d KiB | %s | %s | %.2f | %s | %s | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f | %s |",
+					n, r.kind(), len(r.request)/1024,
+					us(pct(hook, 50)), us(pct(echo, 50)), ratio(pct(hook, 50), pct(echo, 50)),
+					us(pct(hook, 99)), us(pct(echo, 99)), ratio(pct(hook, 99), pct(echo, 99)),
+					hookRate, echoRate, hookRate/echoRate,
+					hookAllocs, echoAllocs, hookAllocs/echoAllocs, us(pct(read, 50))))
+				// Last: it replaces the rig's connections.
+				d := r.dials(t, dialSamples)
+				dials = append(dials, fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s | %s | %.0f / %.0f |",
+					n, r.kind(),
+					us(pct(d.steady, 50)), us(pct(d.fresh, 50)), us(pct(d.fresh, 50)-pct(d.steady, 50)),
+					us(pct(d.steadyRead, 50)), us(pct(d.freshRead, 50)), us(pct(d.freshRead, 50)-pct(d.steadyRead, 50)),
+					d.freshAllocs, d.steadyAllocs))
+			})
+		}
+	}
+	var mem []string
+	t.Run("connection cost", func(t *testing.T) { mem = connectionCosts(t, 300) })
+	report := strings.Join(cost, "\n") + "\n\n" + strings.Join(dials, "\n") + "\n\n" + strings.Join(mem, "\n") + "\n"
+	t.Logf("hook cost, %d samples each (%d on new connections), %d cores:\n%s", samples, dialSamples, runtime.NumCPU(), report)
 	if path := os.Getenv("BENCH_REPORT_FILE"); path != "" {
 		if err := writeFromModuleRoot(path, report); err != nil {
 			t.Fatal(err)

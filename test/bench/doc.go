@@ -7,4 +7,13 @@
 // plus its reads of a real etcd cluster and its planning; the ratio between
 // the two is the hook's own cost. Absolute figures are for context only:
 // these machines are noisy, and only ratios from one run are compared.
+//
+// Each measurement runs for members serving plain HTTP and for members
+// serving TLS with client-certificate auth (spec.TLS): the TLS request
+// relates the cluster's three Secrets, as Metacontroller sends them, and
+// its Pods are rendered by the planner (tls.go). The first sync on new
+// connections, when every member is dialed (and, for TLS, a handshake made
+// with each), is timed against a steady one in the same run (dials_test.go).
+// The scale report runs a second hook process whose fleet has TLS clusters
+// among the plain ones, served by etcdSim over TLS.
 package bench

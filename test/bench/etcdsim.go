@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -16,12 +17,10 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/sync"
 )
@@ -61,6 +60,10 @@ type etcdSim struct {
 
 	// Filled by addCluster before serve, read-only after.
 	clusters map[string]*simCluster // by "<cluster>.<namespace>"
+	// tls are the server configurations of the clusters with spec.TLS, by
+	// the same key: their members' server certificate, and client
+	// certificates required and checked against their own CA.
+	tls map[string]*tls.Config
 
 	server   *grpc.Server
 	accepted atomic.Int64
@@ -83,22 +86,33 @@ type simCounts struct {
 }
 
 func newEtcdSim() *etcdSim {
-	return &etcdSim{clusters: map[string]*simCluster{}, calls: map[string]int64{}, unexpected: map[string]int64{}}
+	return &etcdSim{clusters: map[string]*simCluster{}, tls: map[string]*tls.Config{}, calls: map[string]int64{}, unexpected: map[string]int64{}}
 }
 
-// addCluster adds a cluster whose members are the given Pods, with the
-// URLs the hook renders for them.
-func (s *etcdSim) addCluster(namespace, name string, pods []string) {
-	c := &simCluster{id: simID("cluster/" + namespace + "/" + name)}
-	for _, pod := range pods {
+// addCluster adds a fleet cluster, whose members are its Pods, with the
+// URLs the hook renders for them. A sim serves either plain clusters or
+// TLS ones (serve or serveTLS).
+func (s *etcdSim) addCluster(fc fleetCluster) {
+	addr := fc.addresses()
+	c := &simCluster{id: simID("cluster/" + fleetNamespace + "/" + fc.name)}
+	for _, pod := range fc.members {
 		c.members = append(c.members, &pb.Member{
 			ID:         simID("member/" + pod),
 			Name:       pod,
-			PeerURLs:   []string{plainAddresses(namespace, name).PeerURL(pod)},
-			ClientURLs: []string{plainAddresses(namespace, name).ClientURL(pod)},
+			PeerURLs:   []string{addr.PeerURL(pod)},
+			ClientURLs: []string{addr.ClientURL(pod)},
 		})
 	}
-	s.clusters[name+"."+namespace] = c
+	key := fc.name + "." + fleetNamespace
+	s.clusters[key] = c
+	if fc.tls != nil {
+		s.tls[key] = &tls.Config{
+			Certificates: []tls.Certificate{fc.tls.serverCert},
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+			ClientCAs:    fc.tls.clientCAs,
+			MinVersion:   tls.VersionTLS12,
+		}
+	}
 }
 
 // simID derives a stable, non-zero ID (etcd never uses 0) from a name.
@@ -107,9 +121,30 @@ func simID(name string) uint64 {
 	return binary.BigEndian.Uint64(sum[:8]) | 1
 }
 
-// serve answers on l until stop.
-func (s *etcdSim) serve(l net.Listener) {
-	s.server = grpc.NewServer(
+// serve answers on l until stop, over plain HTTP/2.
+func (s *etcdSim) serve(l net.Listener) { s.serveWith(l) }
+
+// serveTLS answers on l until stop over TLS, as members with spec.TLS do:
+// each cluster's members with its own server certificate, chosen by the
+// member name the hook dials (SNI), and only to a client certificate its
+// CA signed.
+func (s *etcdSim) serveTLS(l net.Listener) {
+	s.serveWith(l, grpc.Creds(credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			// <pod>.<cluster>.<namespace>.svc
+			_, rest, _ := strings.Cut(hello.ServerName, ".")
+			if cfg, ok := s.tls[strings.TrimSuffix(rest, ".svc")]; ok {
+				return cfg, nil
+			}
+			s.recordUnexpected("TLS handshake for unknown member " + hello.ServerName)
+			return nil, fmt.Errorf("etcdsim: no TLS member %q", hello.ServerName)
+		},
+	})))
+}
+
+func (s *etcdSim) serveWith(l net.Listener, opts ...grpc.ServerOption) {
+	s.server = grpc.NewServer(append(opts,
 		grpc.ChainUnaryInterceptor(s.recordUnexpectedUnary),
 		// Every streaming call is unexpected. This interceptor also sees
 		// the calls of services that are not registered at all (KV, Watch,
@@ -121,7 +156,7 @@ func (s *etcdSim) serve(l net.Listener) {
 		grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
 			return status.Error(codes.Unimplemented, "etcdsim serves the Cluster and Maintenance reads only")
 		}),
-	)
+	)...)
 	pb.RegisterClusterServer(s.server, s)
 	pb.RegisterMaintenanceServer(s.server, s)
 	go func() { _ = s.server.Serve(countingListener{l, &s.accepted}) }()
@@ -196,11 +231,16 @@ func (s *etcdSim) member(ctx context.Context) (*simCluster, *pb.Member, error) {
 	return nil, nil, status.Errorf(codes.NotFound, "etcdsim: no member at %q", authority)
 }
 
-// lookup parses <pod>.<cluster>.<namespace>.svc:2379.
+// lookup parses <pod>.<cluster>.<namespace>.svc:2379, or the host alone:
+// over TLS, gRPC sends the server name the hook checks the certificate
+// against as the authority.
 func (s *etcdSim) lookup(authority string) (*simCluster, *pb.Member) {
-	host, port, err := net.SplitHostPort(authority)
-	if err != nil || port != strconv.Itoa(sync.ClientPort) {
-		return nil, nil
+	host := authority
+	if h, port, err := net.SplitHostPort(authority); err == nil {
+		if port != strconv.Itoa(sync.ClientPort) {
+			return nil, nil
+		}
+		host = h
 	}
 	pod, rest, _ := strings.Cut(host, ".")
 	key, ok := strings.CutSuffix(rest, ".svc")
@@ -264,9 +304,4 @@ func (l countingListener) Accept() (net.Conn, error) {
 		l.accepted.Add(1)
 	}
 	return c, err
-}
-
-// plainAddresses are those of a cluster without spec.TLS.
-func plainAddresses(namespace, name string) sync.Addresses {
-	return sync.AddressesOf(&v1beta2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}})
 }

@@ -8,6 +8,10 @@ import (
 	"slices"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/sync"
 )
 
@@ -19,18 +23,44 @@ type fleetCluster struct {
 	name, uid   string
 	members     []string
 	unreachable bool
+	// tls is set for a cluster with spec.TLS, whose members serve clients
+	// TLS with client certificate auth.
+	tls *clusterTLS
 }
 
 // newFleet names n clusters of 3 members; those at the unreachable
-// positions have no etcd that answers.
-func newFleet(n int, unreachable []int) []fleetCluster {
+// positions have no etcd that answers. With tlsEvery > 0, every
+// tlsEvery-th cluster (the last of each group of tlsEvery) has spec.TLS,
+// with Secrets of its own CA.
+func newFleet(n int, unreachable []int, tlsEvery int) ([]fleetCluster, error) {
 	fleet := make([]fleetCluster, n)
 	for i := range fleet {
 		name := fmt.Sprintf("scale-%04d", i)
 		uid := fmt.Sprintf("5ca1e000-0000-4000-8000-%012d", i)
 		fleet[i] = fleetCluster{name: name, uid: uid, members: memberNames(name, uid, 3), unreachable: slices.Contains(unreachable, i)}
+		if tlsEvery > 0 && i%tlsEvery == tlsEvery-1 {
+			ct, err := issueClusterTLS(name, fleetNamespace, uid, etcdtest.DefaultVersion)
+			if err != nil {
+				return nil, err
+			}
+			fleet[i].tls = ct
+		}
 	}
-	return fleet
+	return fleet, nil
+}
+
+// addresses are the cluster's, as its spec asks members to serve.
+func (c fleetCluster) addresses() sync.Addresses {
+	ec := &v1beta2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: fleetNamespace}}
+	if c.tls != nil {
+		ec.Spec.TLS = c.tls.policy
+	}
+	return sync.AddressesOf(ec)
+}
+
+// request is the cluster's steady sync request with the given status.
+func (c fleetCluster) request(status v1beta2.ClusterStatus) ([]byte, error) {
+	return clusterRequestTLS(c.name, c.uid, c.members, etcdtest.DefaultVersion, status, c.tls)
 }
 
 // memberNames names members as the hook does: the seed after the UID,
@@ -47,16 +77,19 @@ func memberNames(cluster, uid string, n int) []string {
 
 // fleetDNS resolves the member names the hook dials, as the cluster DNS
 // does (with or without .cluster.local): healthy clusters' members to
-// healthy, the others to unreachable.
-func fleetDNS(fleet []fleetCluster, healthy, unreachable netip.Addr) (func(name string) []netip.Addr, error) {
+// plain or to tls by their spec, the others to unreachable.
+func fleetDNS(fleet []fleetCluster, plain, tls, unreachable netip.Addr) (func(name string) []netip.Addr, error) {
 	hosts := map[string]netip.Addr{}
 	for _, c := range fleet {
-		ip := healthy
-		if c.unreachable {
+		ip := plain
+		switch {
+		case c.unreachable:
 			ip = unreachable
+		case c.tls != nil:
+			ip = tls
 		}
 		for _, m := range c.members {
-			u, err := url.Parse(plainAddresses(fleetNamespace, c.name).ClientURL(m))
+			u, err := url.Parse(c.addresses().ClientURL(m))
 			if err != nil {
 				return nil, err
 			}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // procStatus is what the kernel says about a process's memory.
@@ -42,6 +43,31 @@ func readProcStatus(pid int) (procStatus, error) {
 		return procStatus{}, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
 	}
 	return st, nil
+}
+
+// readProcCPU is the CPU time a process has used, user and system, from
+// /proc/<pid>/stat (in clock ticks of 1/100 s, Linux's USER_HZ).
+func readProcCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: the fields
+	// counted from 3 (state) start after its closing parenthesis.
+	i := strings.LastIndexByte(string(b), ')')
+	fields := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %.100q", pid, b)
+	}
+	var ticks int64
+	for _, f := range fields[11:13] { // utime, stime: fields 14 and 15
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
 // scrapeMetrics reads the named unlabelled samples from a Prometheus

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/hooks"
 	"github.com/etcdhook/etcd-hook/sync"
 )
 
@@ -43,15 +44,20 @@ func moduleRoot() string {
 	return "."
 }
 
-// steadyRequest is the sync request of a converged cluster of the given
+// clusterRequest is the sync request of a converged cluster of the given
 // members: each a running, ready Pod carrying the hook's own rendering as
 // its last applied configuration, and the status the hook last wrote.
-func steadyRequest(members []string, version string, status v1beta2.ClusterStatus) ([]byte, error) {
-	return clusterRequest("bench", "5d1b0c6e-2a3f-4b8e-9c7d-000000000001", members, version, status)
+func clusterRequest(cluster, uid string, members []string, version string, status v1beta2.ClusterStatus) ([]byte, error) {
+	return clusterRequestTLS(cluster, uid, members, version, status, nil)
 }
 
-// clusterRequest is steadyRequest for a cluster of any name.
-func clusterRequest(cluster, uid string, members []string, version string, status v1beta2.ClusterStatus) ([]byte, error) {
+// clusterRequestTLS is clusterRequest for a cluster with spec.TLS when ct
+// is set: the spec names the Secrets, which the request relates, and each
+// Pod runs the etcd command the planner renders (https URLs advertised,
+// certificate flags) and mounts the Secret volumes, in its spec and in
+// its last applied configuration alike. The rest is as for a plain
+// cluster (whose Pods carry the captured Pod's spec, without a command).
+func clusterRequestTLS(cluster, uid string, members []string, version string, status v1beta2.ClusterStatus, ct *clusterTLS) ([]byte, error) {
 	template, err := capturedPod()
 	if err != nil {
 		return nil, err
@@ -75,11 +81,21 @@ func clusterRequest(cluster, uid string, members []string, version string, statu
 				}},
 			},
 		}
+		spec := pod["spec"].(map[string]any)
+		container := spec["containers"].([]any)[0].(map[string]any)
+		if ct != nil {
+			command, volumes, mounts := ct.memberTLS(name)
+			renderedSpec := rendered["spec"].(map[string]any)
+			renderedContainer := renderedSpec["containers"].([]any)[0].(map[string]any)
+			renderedContainer["command"], renderedContainer["volumeMounts"], renderedSpec["volumes"] = command, mounts, volumes
+			container["command"] = command
+			container["volumeMounts"] = append(container["volumeMounts"].([]any), mounts...)
+			spec["volumes"] = append(spec["volumes"].([]any), volumes...)
+		}
 		applied, _ := json.Marshal(rendered)
 		meta["annotations"] = map[string]any{sync.LastAppliedAnnotation: string(applied)}
-		spec := pod["spec"].(map[string]any)
 		spec["hostname"], spec["subdomain"] = name, cluster
-		spec["containers"].([]any)[0].(map[string]any)["image"] = "quay.io/coreos/etcd:v" + version
+		container["image"] = "quay.io/coreos/etcd:v" + version
 		now := time.Now().UTC().Format(time.RFC3339)
 		pod["status"] = map[string]any{
 			"phase": "Running", "podIP": "10.0.0.1",
@@ -92,12 +108,18 @@ func clusterRequest(cluster, uid string, members []string, version string, statu
 		}
 		pods[name] = pod
 	}
+	parentSpec := map[string]any{"size": len(members), "version": version}
+	related := map[string]any{}
+	if ct != nil {
+		parentSpec["TLS"] = ct.policy
+		related[hooks.RelatedSecrets] = ct.related()
+	}
 	req := map[string]any{
 		"controller": map[string]any{"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController", "metadata": map[string]any{"name": "etcd-hook"}},
 		"parent": map[string]any{
 			"apiVersion": v1beta2.APIVersion, "kind": v1beta2.Kind,
 			"metadata": map[string]any{"name": cluster, "namespace": ns, "uid": uid, "generation": 1},
-			"spec":     map[string]any{"size": len(members), "version": version},
+			"spec":     parentSpec,
 			"status":   status,
 		},
 		"children": map[string]any{
@@ -106,7 +128,7 @@ func clusterRequest(cluster, uid string, members []string, version string, statu
 			"PersistentVolumeClaim.v1":      map[string]any{},
 			"PodDisruptionBudget.policy/v1": map[string]any{},
 		},
-		"related":    map[string]any{},
+		"related":    related,
 		"finalizing": false,
 	}
 	return json.Marshal(req)

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
-	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/sync"
 )
 
@@ -29,10 +28,10 @@ type target struct {
 // the status the hook answers, which Metacontroller would send back from
 // then on: the steady state. The unreachable clusters were running before
 // their etcd stopped answering.
-func (r *scaleRun) warmUp(t *testing.T) (calls simCounts, healthy, all []target) {
+func (r *scaleRun) warmUp(t *testing.T) (calls fleetCounts, healthy, all []target) {
 	all = make([]target, len(r.fleet))
 	var probs problems
-	before := r.sim.counts()
+	before := r.counts()
 	forEach(len(r.fleet), func(i int) {
 		c := r.fleet[i]
 		status := v1beta2.ClusterStatus{Phase: v1beta2.PhaseRunning, Size: len(c.members)}
@@ -43,14 +42,14 @@ func (r *scaleRun) warmUp(t *testing.T) (calls simCounts, healthy, all []target)
 				return
 			}
 		}
-		req, err := clusterRequest(c.name, c.uid, c.members, etcdtest.DefaultVersion, status)
+		req, err := c.request(status)
 		if err != nil {
 			probs.add(c.name, err)
 			return
 		}
 		all[i] = target{cluster: c, request: req}
 	})
-	calls = r.sim.counts().since(before)
+	calls = r.counts().since(before)
 	if err := errors.Join(calls.err(), probs.err()); err != nil {
 		t.Fatalf("first syncs: %v", err)
 	}
@@ -63,7 +62,7 @@ func (r *scaleRun) warmUp(t *testing.T) (calls simCounts, healthy, all []target)
 }
 
 func (r *scaleRun) firstSync(c fleetCluster) (v1beta2.ClusterStatus, error) {
-	req, err := clusterRequest(c.name, c.uid, c.members, etcdtest.DefaultVersion, v1beta2.ClusterStatus{})
+	req, err := c.request(v1beta2.ClusterStatus{})
 	if err != nil {
 		return v1beta2.ClusterStatus{}, err
 	}
@@ -77,11 +76,17 @@ func (r *scaleRun) firstSync(c fleetCluster) (v1beta2.ClusterStatus, error) {
 // phaseResult is one phase: every sync's latency, and the hook's and
 // etcd's view of it.
 type phaseResult struct {
-	healthy, unreachable []time.Duration
-	wall                 time.Duration
-	calls                simCounts
-	hook                 procStatus
-	metrics              map[string]float64
+	// healthy are the syncs of healthy plain clusters, tls those of
+	// healthy clusters with spec.TLS.
+	healthy, tls, unreachable []time.Duration
+	wall                      time.Duration
+	// calls are what the plain clusters' etcd served, tlsCalls the TLS
+	// clusters'.
+	calls, tlsCalls simCounts
+	hook            procStatus
+	// cpu is the hook process's CPU time (user and system) in the phase.
+	cpu     time.Duration
+	metrics map[string]float64
 }
 
 // phase makes the targets' syncs due round-robin at a steady rate, as
@@ -90,10 +95,18 @@ type phaseResult struct {
 // sync's latency runs from the moment it was due, so a worker held by one
 // cluster shows as the wait of the syncs queued behind it.
 func (r *scaleRun) phase(t *testing.T, targets []target, rounds int, rate float64) phaseResult {
+	proc := r.hook.Proc()
+	if proc == nil {
+		t.Fatal("the hook exited")
+	}
+	cpuBefore, err := readProcCPU(proc.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := len(targets) * rounds
 	latency := make([]time.Duration, n)
 	var probs problems
-	before := r.sim.counts()
+	before := r.counts()
 	start := time.Now()
 	interval := time.Duration(float64(time.Second) / rate)
 	forEach(n, func(i int) {
@@ -109,33 +122,50 @@ func (r *scaleRun) phase(t *testing.T, targets []target, rounds int, rate float6
 			probs.add(tg.cluster.name, err)
 		}
 	})
-	res := phaseResult{wall: time.Since(start), calls: r.sim.counts().since(before)}
+	calls := r.counts().since(before)
+	res := phaseResult{wall: time.Since(start), calls: calls.plain, tlsCalls: calls.tls}
 	for i, d := range latency {
-		if targets[i%len(targets)].cluster.unreachable {
+		switch c := targets[i%len(targets)].cluster; {
+		case c.unreachable:
 			res.unreachable = append(res.unreachable, d)
-		} else {
+		case c.tls != nil:
+			res.tls = append(res.tls, d)
+		default:
 			res.healthy = append(res.healthy, d)
 		}
 	}
 	if err := probs.err(); err != nil {
 		t.Errorf("syncs: %v", err)
 	}
-	if err := res.calls.err(); err != nil {
+	if err := calls.err(); err != nil {
 		t.Error(err)
 	}
-	proc := r.hook.Proc()
-	if proc == nil {
-		t.Fatal("the hook exited")
+	cpuAfter, err := readProcCPU(proc.Pid)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var err error
+	res.cpu = cpuAfter - cpuBefore
 	if res.hook, err = readProcStatus(proc.Pid); err != nil {
 		t.Fatal(err)
 	}
-	if res.metrics, err = scrapeMetrics(r.client, r.hook.URL()+"/metrics", metricGoroutines, metricHeapInUse); err != nil {
+	if res.metrics, err = scrapeMetrics(r.client, r.hook.URL()+"/metrics", metricGoroutines, metricHeapInUse, metricNextGC); err != nil {
 		t.Fatal(err)
 	}
 	return res
 }
+
+// fleetCounts are what the plain and the TLS clusters' etcd served.
+type fleetCounts struct{ plain, tls simCounts }
+
+func (r *scaleRun) counts() fleetCounts {
+	return fleetCounts{plain: r.sim.counts(), tls: r.simTLS.counts()}
+}
+
+func (c fleetCounts) since(before fleetCounts) fleetCounts {
+	return fleetCounts{plain: c.plain.since(before.plain), tls: c.tls.since(before.tls)}
+}
+
+func (c fleetCounts) err() error { return errors.Join(c.plain.err(), c.tls.err()) }
 
 // sync posts one request as Metacontroller does, and returns the answer of
 // a 200 and the round-trip time.

@@ -30,8 +30,11 @@ var unreachableAt = []int{100, 300, 500, 700, 900}
 // round-robin at a steady rate and synced by Metacontroller's 5 workers:
 // the hook's memory, and the healthy clusters' latency from due to done,
 // without and then with 5 clusters whose etcd never answers, in the same
-// run. The healthy clusters' etcd is etcdSim. Run with BENCH_REPORT=1
-// (make bench-scale).
+// run. Then a second hook process serves 1000 clusters of which every
+// BENCH_SCALE_TLS_EVERY-th (default 2: half) has spec.TLS, their members
+// serving TLS with client certificate auth: its memory, and the plain
+// and the TLS clusters' latency, interleaved. The healthy clusters' etcd
+// is etcdSim. Run with BENCH_REPORT=1 (make bench-scale).
 func TestScaleReport(t *testing.T) {
 	if os.Getenv("BENCH_REPORT") == "" {
 		t.Skip("set BENCH_REPORT=1 (make bench-scale) to measure")
@@ -42,15 +45,38 @@ func TestScaleReport(t *testing.T) {
 	// under what the workers can do: the latency is the hook's, not a
 	// queue that grows without end.
 	rate := float64(envInt("BENCH_SCALE_RATE", 50))
+	tlsEvery := envInt("BENCH_SCALE_TLS_EVERY", 2)
 
-	r := startScaleRun(t, newFleet(scaleClusters, unreachableAt))
-	warm, healthy, all := r.warmUp(t)
-	alone := r.phase(t, healthy, rounds, rate)
-	mixed := r.phase(t, all, rounds, rate)
+	var report string
+	var plainAlone phaseResult
+	t.Run("plain", func(t *testing.T) {
+		fleet, err := newFleet(scaleClusters, unreachableAt, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := startScaleRun(t, fleet)
+		warm, healthy, all := r.warmUp(t)
+		plainAlone = r.phase(t, healthy, rounds, rate)
+		mixed := r.phase(t, all, rounds, rate)
+		report = scaleReport(warm.plain, len(healthy), plainAlone, mixed)
+	})
+	if t.Failed() {
+		return
+	}
+	t.Run("tls", func(t *testing.T) {
+		fleet, err := newFleet(scaleClusters, nil, tlsEvery)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := startScaleRun(t, fleet)
+		warm, healthy, _ := r.warmUp(t)
+		phase := r.phase(t, healthy, rounds, rate)
+		report += "\n" + tlsScaleReport(fleet, plainAlone, warm, phase)
+	})
 
-	report := scaleReport(warm, len(healthy), alone, mixed)
-	t.Logf("%d clusters of 3 members, %d of them unreachable, %d workers, %.0f syncs due per second, %d rounds per phase, %d cores:\n%s",
-		scaleClusters, len(unreachableAt), scaleWorkers, rate, rounds, runtime.NumCPU(), report)
+	t.Logf("%d clusters of 3 members, %d workers, %.0f syncs due per second, %d rounds per phase, %d cores; "+
+		"first hook: %d of them unreachable; second hook: every %d-th with spec.TLS:\n%s",
+		scaleClusters, scaleWorkers, rate, rounds, runtime.NumCPU(), len(unreachableAt), tlsEvery, report)
 	if path := os.Getenv("BENCH_SCALE_FILE"); path != "" {
 		if err := writeFromModuleRoot(path, report); err != nil {
 			t.Fatal(err)
@@ -71,13 +97,13 @@ func writeFromModuleRoot(path, content string) error {
 	return os.WriteFile(path, []byte(content), 0o644)
 }
 
-// scaleRun is the hook process, the etcd it reaches and the client that
-// plays Metacontroller.
+// scaleRun is the hook process, the etcd it reaches (the plain clusters'
+// and the TLS clusters') and the client that plays Metacontroller.
 type scaleRun struct {
-	fleet  []fleetCluster
-	hook   *harness.HookProcess
-	sim    *etcdSim
-	client *http.Client
+	fleet       []fleetCluster
+	hook        *harness.HookProcess
+	sim, simTLS *etcdSim
+	client      *http.Client
 }
 
 func startScaleRun(t *testing.T, fleet []fleetCluster) *scaleRun {
@@ -92,20 +118,30 @@ func startScaleRun(t *testing.T, fleet []fleetCluster) *scaleRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim := newEtcdSim()
+	tlsListener, err := listenLoopback(sync.ClientPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, simTLS := newEtcdSim(), newEtcdSim()
 	for _, c := range fleet {
-		if !c.unreachable {
-			sim.addCluster(fleetNamespace, c.name, c.members)
+		switch {
+		case c.unreachable:
+		case c.tls != nil:
+			simTLS.addCluster(c)
+		default:
+			sim.addCluster(c)
 		}
 	}
 	sim.serve(simListener)
 	t.Cleanup(sim.stop)
+	simTLS.serveTLS(tlsListener)
+	t.Cleanup(simTLS.stop)
 	holeListener, err := listenLoopback(sync.ClientPort)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(serveBlackhole(holeListener))
-	resolve, err := fleetDNS(fleet, listenerIP(simListener), listenerIP(holeListener))
+	resolve, err := fleetDNS(fleet, listenerIP(simListener), listenerIP(tlsListener), listenerIP(holeListener))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +168,7 @@ func startScaleRun(t *testing.T, fleet []fleetCluster) *scaleRun {
 		fleet:  fleet,
 		hook:   hook,
 		sim:    sim,
+		simTLS: simTLS,
 		client: &http.Client{Timeout: hookTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: scaleWorkers}},
 	}
 }

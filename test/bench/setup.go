@@ -8,6 +8,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	gosync "sync"
 	"testing"
 	"time"
 
@@ -27,31 +31,66 @@ func (nopRecorder) MembershipAction(sync.ActionType, string) {}
 // floor behind one HTTP server, and the steady-state request.
 type rig struct {
 	members int
+	// tls is set when the members serve clients TLS and the request is of
+	// a cluster with spec.TLS.
+	tls     *clusterTLS
 	server  *httptest.Server
 	client  *http.Client
 	request []byte
+	dialer  *rigDialer
+	// endpoints are the members' client URLs as the hook dials them.
+	endpoints []string
 	// etcd is what the hook reads of the cluster in a steady sync.
 	etcd etcdclient.Cluster
 }
 
-func newRig(tb testing.TB, members int) *rig {
+// benchCluster and benchUID name the cluster of every rig.
+const (
+	benchCluster = "bench"
+	benchUID     = "5d1b0c6e-2a3f-4b8e-9c7d-000000000001"
+)
+
+// newRig starts an etcd cluster of the given size and the hook in front of
+// it. With withTLS the members serve clients TLS with client-certificate
+// auth, as the member Pods of a cluster with spec.TLS do, and the request
+// is that cluster's (see clusterRequestTLS).
+func newRig(tb testing.TB, members int, withTLS bool) *rig {
 	tb.Helper()
-	ec := etcdtest.StartCluster(tb, etcdtest.Options{Size: members})
-	pool := etcdclient.NewPool(0)
-	tb.Cleanup(pool.Close)
+	opts := etcdtest.Options{Size: members}
+	var ct *clusterTLS
+	if withTLS {
+		var err error
+		if ct, err = issueClusterTLS(benchCluster, fleetNamespace, benchUID, etcdtest.DefaultVersion); err != nil {
+			tb.Fatal(err)
+		}
+		dir := tb.TempDir()
+		for name, data := range ct.server {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		opts.ClientTLS = &etcdtest.ServerTLS{
+			CertFile:      filepath.Join(dir, v1beta2.ServerCertKey),
+			KeyFile:       filepath.Join(dir, v1beta2.ServerKeyKey),
+			TrustedCAFile: filepath.Join(dir, v1beta2.ServerCAKey),
+		}
+	}
+	ec := etcdtest.StartCluster(tb, opts)
 	var names []string
 	for _, m := range ec.Members {
 		names = append(names, m.Name)
 	}
+	dialer := newRigDialer(ec)
+	tb.Cleanup(dialer.close)
 	reconciler := &reconcile.Reconciler{
-		Dialer:   etcdtest.NewDialer(pool, ec),
+		Dialer:   dialer,
 		Recorder: nopRecorder{},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 
 	// The steady state carries the status the hook itself writes for the
 	// converged cluster, as Metacontroller would send it back.
-	first, err := steadyRequest(names, etcdtest.DefaultVersion, v1beta2.ClusterStatus{Phase: v1beta2.PhaseRunning})
+	first, err := clusterRequestTLS(benchCluster, benchUID, names, etcdtest.DefaultVersion, v1beta2.ClusterStatus{Phase: v1beta2.PhaseRunning}, ct)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -66,7 +105,7 @@ func newRig(tb testing.TB, members int) *rig {
 	if d.Action != nil || d.Status.Phase != "Running" {
 		tb.Fatalf("the benchmark cluster is not steady: action %v, phase %q, reason %q", d.Action, d.Status.Phase, d.Status.Reason)
 	}
-	request, err := steadyRequest(names, etcdtest.DefaultVersion, d.Status)
+	request, err := clusterRequestTLS(benchCluster, benchUID, names, etcdtest.DefaultVersion, d.Status, ct)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -75,7 +114,10 @@ func newRig(tb testing.TB, members int) *rig {
 	for _, name := range names {
 		endpoints = append(endpoints, sync.AddressesOf(o.Cluster).ClientURL(name))
 	}
-	etcd, err := reconciler.Dialer.Cluster(endpoints, nil)
+	if withTLS && (dialer.creds() == nil || !strings.HasPrefix(endpoints[0], "https://")) {
+		tb.Fatalf("the hook did not call the TLS cluster with its operator certificate at https URLs: %v", endpoints)
+	}
+	etcd, err := dialer.Cluster(endpoints, dialer.creds())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -83,7 +125,7 @@ func newRig(tb testing.TB, members int) *rig {
 	mux := http.NewServeMux()
 	mux.Handle("/sync", hooks.SyncHandler(reconciler))
 	mux.Handle("/echo", echoHandler(d))
-	r := &rig{members: members, server: httptest.NewServer(mux), request: request, etcd: etcd}
+	r := &rig{members: members, tls: ct, server: httptest.NewServer(mux), request: request, dialer: dialer, endpoints: endpoints, etcd: etcd}
 	tb.Cleanup(r.server.Close)
 	r.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 	// The hook must answer the steady request with no membership step.
@@ -92,6 +134,58 @@ func newRig(tb testing.TB, members int) *rig {
 		tb.Fatalf("hook answer is not steady: %.400s", out)
 	}
 	return r
+}
+
+// rigDialer is etcdtest's Dialer on a pool that can be replaced by an empty
+// one, whose first sync dials every member again: a hook that just started,
+// or whose connections to the cluster were closed (the pool keeps a
+// bounded number). It remembers the client certificate the hook called
+// with, so that the rig's own reads share the hook's connections: the pool
+// keeps a connection per endpoint with one certificate, and replaces it
+// when called with another.
+type rigDialer struct {
+	byPod map[string]string
+
+	mu        gosync.Mutex
+	pool      *etcdclient.Pool
+	lastCreds *etcdclient.ClientTLS
+}
+
+func newRigDialer(ec *etcdtest.Cluster) *rigDialer {
+	return &rigDialer{byPod: etcdtest.NewDialer(nil, ec).ByPod, pool: etcdclient.NewPool(0)}
+}
+
+// Cluster implements etcdclient.Dialer.
+func (d *rigDialer) Cluster(endpoints []string, creds *etcdclient.ClientTLS) (etcdclient.Cluster, error) {
+	d.mu.Lock()
+	pool := d.pool
+	if creds != nil {
+		d.lastCreds = creds
+	}
+	d.mu.Unlock()
+	return etcdtest.Dialer{Pool: pool, ByPod: d.byPod}.Cluster(endpoints, creds)
+}
+
+func (d *rigDialer) creds() *etcdclient.ClientTLS {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lastCreds
+}
+
+// renew replaces the pool with an empty one and closes the old one's
+// connections: parsed certificates and connections are gone.
+func (d *rigDialer) renew() {
+	d.mu.Lock()
+	old := d.pool
+	d.pool = etcdclient.NewPool(0)
+	d.mu.Unlock()
+	old.Close()
+}
+
+func (d *rigDialer) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.pool.Close()
 }
 
 // echoHandler is the floor: the hook's transport, decoding into the same
@@ -148,5 +242,13 @@ func (r *rig) timed(tb testing.TB, path string) time.Duration {
 }
 
 func (r *rig) String() string {
-	return fmt.Sprintf("%d members, %d-byte request", r.members, len(r.request))
+	return fmt.Sprintf("%d members (%s), %d-byte request", r.members, r.kind(), len(r.request))
+}
+
+// kind is "TLS" for a rig whose members serve clients TLS, else "plain".
+func (r *rig) kind() string {
+	if r.tls != nil {
+		return "TLS"
+	}
+	return "plain"
 }
