@@ -211,9 +211,11 @@ func secretValue(s *corev1.Secret, key string) []byte {
 // secretChecks remembers what checkTLSSecret said of a Secret's version,
 // so that a steady sync parses no certificate: a Secret with a UID and a
 // resourceVersion (as every one from the API server has) changes only with
-// a new resourceVersion. Bounded: a hook serving a thousand TLS clusters
-// keeps the last few thousand checks.
-var secretChecks = newCheckMemo(4096)
+// a new resourceVersion. One entry per Secret and use, whose new version
+// replaces the old, so the memo grows with the Secrets, not with their
+// versions: 3 per TLS cluster, a few hundred bytes each. The bound only
+// stops a runaway.
+var secretChecks = newCheckMemo(1 << 16)
 
 type checkMemo struct {
 	max int
@@ -223,8 +225,9 @@ type checkMemo struct {
 
 // checkResult is a check's verdict up to notAfter, the leaf's expiry.
 type checkResult struct {
-	msg      string
-	notAfter time.Time
+	resourceVersion string
+	msg             string
+	notAfter        time.Time
 }
 
 func newCheckMemo(max int) *checkMemo { return &checkMemo{max: max, m: map[string]checkResult{}} }
@@ -234,21 +237,21 @@ func checkedTLSSecret(secret *corev1.Secret, s secretKeys, now time.Time) string
 		msg, _ := checkTLSSecret(secret, s, now)
 		return msg
 	}
-	key := strings.Join(append([]string{string(secret.UID), secret.ResourceVersion, s.cert, s.key, s.ca}, s.hostsToServe...), "\x00")
+	key := strings.Join(append([]string{string(secret.UID), s.cert, s.key, s.ca}, s.hostsToServe...), "\x00")
 	secretChecks.mu.Lock()
 	r, ok := secretChecks.m[key]
 	secretChecks.mu.Unlock()
-	if ok && (r.msg != "" || now.IsZero() || !now.After(r.notAfter)) {
+	if ok && r.resourceVersion == secret.ResourceVersion && (r.msg != "" || now.IsZero() || !now.After(r.notAfter)) {
 		return r.msg
 	}
 	msg, notAfter := checkTLSSecret(secret, s, now)
 	secretChecks.mu.Lock()
 	if len(secretChecks.m) >= secretChecks.max {
 		// Forget everything rather than track recency: a full memo means
-		// thousands of Secrets, and each is parsed again once.
+		// tens of thousands of Secrets, and each is parsed again once.
 		clear(secretChecks.m)
 	}
-	secretChecks.m[key] = checkResult{msg: msg, notAfter: notAfter}
+	secretChecks.m[key] = checkResult{resourceVersion: secret.ResourceVersion, msg: msg, notAfter: notAfter}
 	secretChecks.mu.Unlock()
 	return msg
 }
