@@ -16,25 +16,10 @@ import (
 )
 
 // startTLSCluster starts members that serve clients TLS with client
-// certificate auth, as the member Pods of an EtcdCluster with spec.TLS
-// do, and returns the CA that signed their certificates.
+// certificate auth, and returns the CA that signed their certificates.
 func startTLSCluster(t *testing.T, size int) (*etcdtest.Cluster, *tlstest.CA) {
 	t.Helper()
-	ca := newCA(t, "etcd ca")
-	secrets, err := ca.IssueCluster("demo", "prod", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for name, data := range secrets.Server {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: size, Version: etcdtest.Version36, ClientTLS: &etcdtest.ServerTLS{
-		CertFile: filepath.Join(dir, "server.crt"), KeyFile: filepath.Join(dir, "server.key"), TrustedCAFile: filepath.Join(dir, "server-ca.crt"),
-	}})
-	return ec, ca
+	return etcdtest.StartTLSCluster(t, etcdtest.Options{Size: size, Version: etcdtest.Version36})
 }
 
 func newCA(t *testing.T, name string) *tlstest.CA {

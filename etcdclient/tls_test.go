@@ -2,8 +2,6 @@ package etcdclient_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -14,28 +12,10 @@ import (
 )
 
 // startTLSCluster starts members that serve clients TLS with client
-// certificate auth, as member Pods of a cluster with spec.TLS do, and
-// returns the CA that signed their certificates.
+// certificate auth, and returns the CA that signed their certificates.
 func startTLSCluster(t *testing.T, version string, size int) (*etcdtest.Cluster, *tlstest.CA) {
 	t.Helper()
-	ca, err := tlstest.NewCA("etcd ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets, err := ca.IssueCluster("demo", "ns", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for name, data := range secrets.Server {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: size, Version: version, ClientTLS: &etcdtest.ServerTLS{
-		CertFile: filepath.Join(dir, "server.crt"), KeyFile: filepath.Join(dir, "server.key"), TrustedCAFile: filepath.Join(dir, "server-ca.crt"),
-	}})
-	return ec, ca
+	return etcdtest.StartTLSCluster(t, etcdtest.Options{Size: size, Version: version})
 }
 
 func clientTLS(t *testing.T, id string, signer, trusted *tlstest.CA) *etcdclient.ClientTLS {
