@@ -138,19 +138,12 @@ func etcdCommand(in memberPodInput) []string {
 	c := *in.cluster
 	c.Spec = in.spec
 	addr := AddressesOf(&c)
-	clientScheme, peerScheme := "http", "http"
-	if in.spec.TLS.IsSecureClient() {
-		clientScheme = "https"
-	}
-	if in.spec.TLS.IsSecurePeer() {
-		peerScheme = "https"
-	}
 	cmd := []string{
 		etcdBinary,
 		"--name=" + in.name,
 		"--data-dir=" + dataDir,
-		fmt.Sprintf("--listen-client-urls=%s://0.0.0.0:%d", clientScheme, ClientPort),
-		fmt.Sprintf("--listen-peer-urls=%s://0.0.0.0:%d", peerScheme, PeerPort),
+		fmt.Sprintf("--listen-client-urls=%s://0.0.0.0:%d", addr.clientScheme, ClientPort),
+		fmt.Sprintf("--listen-peer-urls=%s://0.0.0.0:%d", addr.peerScheme, PeerPort),
 		"--advertise-client-urls=" + addr.ClientURL(in.name),
 		"--initial-advertise-peer-urls=" + addr.PeerURL(in.name),
 		"--initial-cluster=" + in.initialCluster,

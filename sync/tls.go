@@ -43,31 +43,52 @@ func (p *planner) addresses() Addresses {
 	return AddressesOf(&c)
 }
 
+// secretKeys are the keys of one TLS Secret: a leaf, its key, and the CA
+// the other side is checked against.
+type secretKeys struct {
+	field         string
+	cert, key, ca string
+}
+
+// The member Secrets: where each is mounted, and the prefix of the etcd
+// flags that point at it (--peer-cert-file for peers, --cert-file for
+// clients, and so on).
+var (
+	peerTLS = memberSecret{
+		secretKeys: secretKeys{"spec.TLS.static.member.peerSecret", v1beta2.PeerCertKey, v1beta2.PeerKeyKey, v1beta2.PeerCAKey},
+		volume:     peerTLSVolume, dir: peerTLSDir, flagPrefix: "--peer-",
+	}
+	serverTLS = memberSecret{
+		secretKeys: secretKeys{"spec.TLS.static.member.serverSecret", v1beta2.ServerCertKey, v1beta2.ServerKeyKey, v1beta2.ServerCAKey},
+		volume:     serverTLSVolume, dir: serverTLSDir, flagPrefix: "--",
+	}
+	operatorTLS = secretKeys{"spec.TLS.static.operatorSecret", v1beta2.ClientCertKey, v1beta2.ClientKeyKey, v1beta2.ClientCAKey}
+)
+
+type memberSecret struct {
+	secretKeys
+	volume, dir, flagPrefix string
+}
+
 // addTLS mounts the member Secrets and points etcd at them.
 func addTLS(pod *corev1.Pod, policy *v1beta2.TLSPolicy) {
 	ctr := &pod.Spec.Containers[0]
-	mount := func(volume, secret, dir string) {
-		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: volume, VolumeSource: corev1.VolumeSource{
-			Secret: &corev1.SecretVolumeSource{SecretName: secret},
+	for _, m := range []struct {
+		memberSecret
+		name string
+	}{{peerTLS, policy.PeerSecret()}, {serverTLS, policy.ServerSecret()}} {
+		if m.name == "" {
+			continue
+		}
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: m.volume, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: m.name},
 		}})
-		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: volume, MountPath: dir, ReadOnly: true})
-	}
-	if secret := policy.PeerSecret(); secret != "" {
-		mount(peerTLSVolume, secret, peerTLSDir)
+		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: m.volume, MountPath: m.dir, ReadOnly: true})
 		ctr.Command = append(ctr.Command,
-			"--peer-client-cert-auth=true",
-			"--peer-cert-file="+peerTLSDir+"/"+v1beta2.PeerCertKey,
-			"--peer-key-file="+peerTLSDir+"/"+v1beta2.PeerKeyKey,
-			"--peer-trusted-ca-file="+peerTLSDir+"/"+v1beta2.PeerCAKey,
-		)
-	}
-	if secret := policy.ServerSecret(); secret != "" {
-		mount(serverTLSVolume, secret, serverTLSDir)
-		ctr.Command = append(ctr.Command,
-			"--client-cert-auth=true",
-			"--cert-file="+serverTLSDir+"/"+v1beta2.ServerCertKey,
-			"--key-file="+serverTLSDir+"/"+v1beta2.ServerKeyKey,
-			"--trusted-ca-file="+serverTLSDir+"/"+v1beta2.ServerCAKey,
+			m.flagPrefix+"client-cert-auth=true",
+			m.flagPrefix+"cert-file="+m.dir+"/"+m.cert,
+			m.flagPrefix+"key-file="+m.dir+"/"+m.key,
+			m.flagPrefix+"trusted-ca-file="+m.dir+"/"+m.ca,
 		)
 	}
 }
@@ -143,36 +164,28 @@ func keysOf[V any](m map[string]V) []string {
 	return out
 }
 
-// secretKeys are the keys of one TLS Secret: a leaf, its key, and the CA
-// the other side is checked against.
-type secretKeys struct {
-	field         string
-	name          string
-	cert, key, ca string
-	hostsToServe  []string
+// namedSecret is a Secret spec.TLS names, with the host names its leaf
+// must carry: members check their peers' names, and the hook checks the
+// members'.
+type namedSecret struct {
+	secretKeys
+	name         string
+	hostsToServe []string
 }
 
-// tlsSecrets are the Secrets spec.TLS names, each with the host names its
-// leaf must carry: members check their peers' names, and the hook checks
-// the members'.
-func (p *planner) tlsSecrets() []secretKeys {
-	t := p.spec.TLS
-	sample := p.addresses()
-	host := func(u string) string {
-		rest, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(u, "https://"), "http://"), ":")
-		return rest
-	}
+func (p *planner) tlsSecrets() []namedSecret {
+	t, c := p.spec.TLS, p.o.Cluster
 	// Any member's name stands for all: the README asks for a wildcard.
-	member := host(sample.PeerURL(p.o.Cluster.Name + "-" + strings.Repeat("x", SuffixLength)))
-	var out []secretKeys
-	if name := t.PeerSecret(); name != "" {
-		out = append(out, secretKeys{"spec.TLS.static.member.peerSecret", name, v1beta2.PeerCertKey, v1beta2.PeerKeyKey, v1beta2.PeerCAKey, []string{member}})
-	}
-	if name := t.ServerSecret(); name != "" {
-		out = append(out, secretKeys{"spec.TLS.static.member.serverSecret", name, v1beta2.ServerCertKey, v1beta2.ServerKeyKey, v1beta2.ServerCAKey, []string{member}})
-	}
-	if name := t.OperatorSecret(); name != "" {
-		out = append(out, secretKeys{"spec.TLS.static.operatorSecret", name, v1beta2.ClientCertKey, v1beta2.ClientKeyKey, v1beta2.ClientCAKey, nil})
+	member := []string{memberHost(c.Name+"-"+strings.Repeat("x", SuffixLength), c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix())}
+	var out []namedSecret
+	for _, s := range []namedSecret{
+		{peerTLS.secretKeys, t.PeerSecret(), member},
+		{serverTLS.secretKeys, t.ServerSecret(), member},
+		{operatorTLS, t.OperatorSecret(), nil},
+	} {
+		if s.name != "" {
+			out = append(out, s)
+		}
 	}
 	return out
 }
@@ -196,6 +209,14 @@ func (p *planner) tlsSecretProblems() []string {
 		}
 	}
 	return out
+}
+
+// CheckClientSecret checks a Secret with a client certificate in the
+// operatorSecret's shape (etcd-client.crt, etcd-client.key,
+// etcd-client-ca.crt), as an EtcdBackup's clientTLSSecret is: "" when it
+// is usable, else what is wrong, naming the key.
+func CheckClientSecret(secret *corev1.Secret, now time.Time) string {
+	return checkedTLSSecret(secret, namedSecret{secretKeys: operatorTLS, name: secret.Name}, now)
 }
 
 func secretValue(s *corev1.Secret, key string) []byte {
@@ -232,7 +253,7 @@ type checkResult struct {
 
 func newCheckMemo(max int) *checkMemo { return &checkMemo{max: max, m: map[string]checkResult{}} }
 
-func checkedTLSSecret(secret *corev1.Secret, s secretKeys, now time.Time) string {
+func checkedTLSSecret(secret *corev1.Secret, s namedSecret, now time.Time) string {
 	if secret.UID == "" || secret.ResourceVersion == "" {
 		msg, _ := checkTLSSecret(secret, s, now)
 		return msg
@@ -258,7 +279,7 @@ func checkedTLSSecret(secret *corev1.Secret, s secretKeys, now time.Time) string
 
 // checkTLSSecret returns what is wrong with the Secret, and the leaf's
 // expiry when nothing is.
-func checkTLSSecret(secret *corev1.Secret, s secretKeys, now time.Time) (string, time.Time) {
+func checkTLSSecret(secret *corev1.Secret, s namedSecret, now time.Time) (string, time.Time) {
 	var missing []string
 	for _, key := range []string{s.cert, s.key, s.ca} {
 		if len(secretValue(secret, key)) == 0 {

@@ -316,7 +316,7 @@ func TestRelatedNamesTheTLSSecrets(t *testing.T) {
 // expiry is reported expired.
 func TestTLSSecretCheckIsRememberedUntilExpiry(t *testing.T) {
 	good := issued(t)
-	s := secretKeys{field: "spec.TLS.static.operatorSecret", name: operatorSecret, cert: "etcd-client.crt", key: "etcd-client.key", ca: "etcd-client-ca.crt"}
+	s := namedSecret{secretKeys: operatorTLS, name: operatorSecret}
 	secret := good[operatorSecret].DeepCopy()
 	secret.UID, secret.ResourceVersion = "memo-test", "7"
 	if msg := checkedTLSSecret(secret, s, testNow); msg != "" {

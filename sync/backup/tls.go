@@ -3,11 +3,11 @@ package backup
 import (
 	"fmt"
 	"net/url"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/sync"
 )
 
 // ReasonClientTLSMissing: the cluster serves clients TLS, and neither
@@ -72,18 +72,8 @@ func (p *planner) checkClientTLS(t *clientTLS) (reason, msg string) {
 	if !ok {
 		return ReasonSecretInvalid, fmt.Sprintf("Secret %q (spec.clientTLSSecret) not found in namespace %s", t.secret, p.o.Backup.Namespace)
 	}
-	var missing []string
-	for _, key := range []string{v1beta2.ClientCertKey, v1beta2.ClientKeyKey, v1beta2.ClientCAKey} {
-		if len(s.Data[key]) == 0 && s.StringData[key] == "" {
-			missing = append(missing, fmt.Sprintf("%q", key))
-		}
-	}
-	if len(missing) > 0 {
-		keys := "key"
-		if len(missing) > 1 {
-			keys = "keys"
-		}
-		return ReasonSecretInvalid, fmt.Sprintf("Secret %q (spec.clientTLSSecret) has no %s %s: it must hold %s", t.secret, keys, strings.Join(missing, ", "), clientTLSKeys())
+	if msg := sync.CheckClientSecret(s, p.o.Now); msg != "" {
+		return ReasonSecretInvalid, fmt.Sprintf("Secret %q (spec.clientTLSSecret): %s: it must hold %s", t.secret, msg, clientTLSKeys())
 	}
 	return "", ""
 }

@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/internal/tlstest"
 )
 
 // tlsCluster is an EtcdCluster whose members serve peers and clients TLS,
@@ -24,10 +26,21 @@ func tlsCluster() *v1beta2.EtcdCluster {
 	}}
 }
 
+// issuedClient is a client certificate of a test CA, issued once.
+var issuedClient = func() map[string][]byte {
+	ca, err := tlstest.NewCA("backup test ca")
+	if err != nil {
+		panic(err)
+	}
+	s, err := ca.IssueCluster("demo", "prod", "")
+	if err != nil {
+		panic(err)
+	}
+	return s.Client
+}()
+
 func clientSecret() *corev1.Secret {
-	return &corev1.Secret{Data: map[string][]byte{
-		v1beta2.ClientCertKey: []byte("cert"), v1beta2.ClientKeyKey: []byte("key"), v1beta2.ClientCAKey: []byte("ca"),
-	}}
+	return &corev1.Secret{Data: maps.Clone(issuedClient)}
 }
 
 // byCluster names the cluster by clusterName.
@@ -165,7 +178,7 @@ func TestClientTLS(t *testing.T) {
 			delete(o.Secrets["backup-client"].Data, v1beta2.ClientKeyKey)
 		}),
 		want: tlsSummary{Degraded: ReasonSecretInvalid,
-			Reason: `Secret "backup-client" (spec.clientTLSSecret) has no key "etcd-client.key": it must hold "etcd-client.crt", "etcd-client.key" and "etcd-client-ca.crt"`},
+			Reason: `Secret "backup-client" (spec.clientTLSSecret): lacks key "etcd-client.key": it must hold "etcd-client.crt", "etcd-client.key" and "etcd-client-ca.crt"`},
 	}, {
 		name:   "clientTLSSecret lacking two keys",
 		reason: "every missing key is named at once",
@@ -174,7 +187,17 @@ func TestClientTLS(t *testing.T) {
 			o.Secrets["backup-client"] = &corev1.Secret{StringData: map[string]string{v1beta2.ClientKeyKey: "key"}}
 		}),
 		want: tlsSummary{Degraded: ReasonSecretInvalid,
-			Reason: `Secret "backup-client" (spec.clientTLSSecret) has no keys "etcd-client.crt", "etcd-client-ca.crt": it must hold "etcd-client.crt", "etcd-client.key" and "etcd-client-ca.crt"`},
+			Reason: `Secret "backup-client" (spec.clientTLSSecret): lacks key "etcd-client.crt", "etcd-client-ca.crt": it must hold "etcd-client.crt", "etcd-client.key" and "etcd-client-ca.crt"`},
+	}, {
+		name:   "clientTLSSecret that does not parse",
+		reason: "checked as the cluster's own operatorSecret is, before a run starts a Pod that could only fail",
+		in: with(observe(newBackup(0), t0), func(o *Observed) {
+			o.Backup.Spec.ClientTLSSecret = "backup-client"
+			o.Secrets["backup-client"] = clientSecret()
+			o.Secrets["backup-client"].Data[v1beta2.ClientKeyKey] = []byte("not a key")
+		}),
+		want: tlsSummary{Degraded: ReasonSecretInvalid,
+			Reason: `Secret "backup-client" (spec.clientTLSSecret): key "etcd-client.key" does not hold the private key of "etcd-client.crt": tls: failed to find any PEM data in key input: it must hold "etcd-client.crt", "etcd-client.key" and "etcd-client-ca.crt"`},
 	}, {
 		name:   "plain cluster by clusterName",
 		reason: "a cluster whose members serve clients plain HTTP: http, and nothing mounted",
