@@ -46,10 +46,8 @@ func TestBackupModeTLSFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	mounted := t.TempDir()
-	for name, data := range secrets.Client {
-		if err := os.WriteFile(filepath.Join(mounted, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	if err := tlstest.WriteFiles(mounted, secrets.Client); err != nil {
+		t.Fatal(err)
 	}
 	tlsFlags := func(dir string) []string {
 		return []string{"--cert=" + filepath.Join(dir, "etcd-client.crt"), "--key=" + filepath.Join(dir, "etcd-client.key"),

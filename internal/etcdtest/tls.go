@@ -1,7 +1,6 @@
 package etcdtest
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -23,10 +22,8 @@ func StartTLSCluster(t testing.TB, opts Options) (*Cluster, *tlstest.CA) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	for name, data := range secrets.Server {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	if err := tlstest.WriteFiles(dir, secrets.Server); err != nil {
+		t.Fatal(err)
 	}
 	opts.ClientTLS = &ServerTLS{
 		CertFile: filepath.Join(dir, "server.crt"), KeyFile: filepath.Join(dir, "server.key"), TrustedCAFile: filepath.Join(dir, "server-ca.crt"),

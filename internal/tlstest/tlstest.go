@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -192,4 +194,15 @@ func (ca *CA) IssueCluster(cluster, namespace, domain string) (ClusterSecrets, e
 		Server: map[string][]byte{"server.crt": server.CertPEM, "server.key": server.KeyPEM, "server-ca.crt": ca.PEM},
 		Client: map[string][]byte{"etcd-client.crt": client.CertPEM, "etcd-client.key": client.KeyPEM, "etcd-client-ca.crt": ca.PEM},
 	}, nil
+}
+
+// WriteFiles writes a Secret's data into dir, one file per key, as the
+// kubelet mounts it (without its symlink layout).
+func WriteFiles(dir string, data map[string][]byte) error {
+	for key, value := range data {
+		if err := os.WriteFile(filepath.Join(dir, key), value, 0o600); err != nil {
+			return fmt.Errorf("write %s: %w", key, err)
+		}
+	}
+	return nil
 }
