@@ -69,21 +69,34 @@ func (b *backupScenario) status(name string) BackupStatus {
 
 func (b *backupScenario) createSecret(name, access, secret string) {
 	b.t.Helper()
-	s := corev1.Secret{
+	putSecret(b.t, b.env, name, map[string][]byte{
+		"credentials": fmt.Appendf(nil, "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n", access, secret),
+		"config":      []byte("[default]\nregion = " + s3test.Region + "\n"),
+	})
+}
+
+// putSecret creates the Secret in the test namespace, or replaces its data.
+func putSecret(t testing.TB, env *harness.Env, name string, data map[string][]byte) {
+	t.Helper()
+	secret := corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Data: map[string][]byte{
-			"credentials": fmt.Appendf(nil, "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n", access, secret),
-			"config":      []byte("[default]\nregion = " + s3test.Region + "\n"),
-		},
+		Data:       data,
 	}
 	var obj harness.Object
-	raw, _ := json.Marshal(s)
+	raw, _ := json.Marshal(secret)
 	if err := json.Unmarshal(raw, &obj); err != nil {
-		b.t.Fatal(err)
+		t.Fatal(err)
 	}
-	if _, err := b.env.API.Create(obj); err != nil {
-		b.t.Fatal(err)
+	if old, ok := env.API.Get(harness.Ref{Type: harness.TypeSecret, Namespace: ns, Name: name}); ok {
+		obj["metadata"].(map[string]any)["resourceVersion"] = old["metadata"].(map[string]any)["resourceVersion"]
+		if _, _, err := env.API.Update(obj); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if _, err := env.API.Create(obj); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
@@ -14,10 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcdhook/etcd-hook/internal/s3test"
 	"github.com/etcdhook/etcd-hook/internal/tlstest"
@@ -36,6 +37,12 @@ const (
 	tlsOperatorSecret = "etcd-client-tls"
 )
 
+// tlsSpec is the CoreOS example's spec.TLS.
+var tlsSpec = map[string]any{"static": map[string]any{
+	"member":         map[string]any{"peerSecret": tlsPeerSecret, "serverSecret": tlsServerSecret},
+	"operatorSecret": tlsOperatorSecret,
+}}
+
 type tlsScenario struct {
 	*scenario
 	ca *tlstest.CA
@@ -46,26 +53,7 @@ type tlsScenario struct {
 
 func (s *tlsScenario) putSecret(name string, data map[string][]byte) {
 	s.t.Helper()
-	secret := corev1.Secret{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Data:       data,
-	}
-	var obj harness.Object
-	raw, _ := json.Marshal(secret)
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		s.t.Fatal(err)
-	}
-	if old, ok := s.env.API.Get(harness.Ref{Type: harness.TypeSecret, Namespace: ns, Name: name}); ok {
-		obj["metadata"].(map[string]any)["resourceVersion"] = old["metadata"].(map[string]any)["resourceVersion"]
-		if _, _, err := s.env.API.Update(obj); err != nil {
-			s.t.Fatal(err)
-		}
-		return
-	}
-	if _, err := s.env.API.Create(obj); err != nil {
-		s.t.Fatal(err)
-	}
+	putSecret(s.t, s.env, name, data)
 }
 
 // issue puts new leaves of the CA into the three Secrets and returns the
@@ -138,10 +126,7 @@ func TestTLS(t *testing.T) {
 	s.issue()
 
 	const from, to = "3.5.35", "3.6.16"
-	s.createSpec("TLS: create, size 3, v"+from, map[string]any{"size": 3, "version": from, "TLS": map[string]any{"static": map[string]any{
-		"member":         map[string]any{"peerSecret": tlsPeerSecret, "serverSecret": tlsServerSecret},
-		"operatorSecret": tlsOperatorSecret,
-	}}})
+	s.createSpec("TLS: create, size 3, v"+from, map[string]any{"size": 3, "version": from, "TLS": tlsSpec})
 	if t.Failed() {
 		return
 	}
@@ -152,17 +137,24 @@ func TestTLS(t *testing.T) {
 		return
 	}
 	s.backup()
-	for _, size := range []int{5, 3} {
-		step := fmt.Sprintf("TLS: scale to %d", size)
-		s.startWriter(fmt.Sprintf("tls-scale-%d", size))
-		s.waitWrites(writesAround)
-		start, syncs := time.Now(), s.syncs()
-		s.patchSize(size)
-		Report(t, s.converge(step, start, syncs, size))
-		if t.Failed() {
-			return
+	s.frozenWhile("a broken operator Secret", "TLSSecretInvalid", func() {
+		data := maps.Clone(s.secret(tlsOperatorSecret))
+		data["etcd-client.key"] = []byte("not a key")
+		s.putSecret(tlsOperatorSecret, data)
+	}, func(before map[string][]byte) { s.putSecret(tlsOperatorSecret, before) }, tlsOperatorSecret)
+	s.frozenWhile("spec.TLS removed", "TLSChangeRefused", func() {
+		if _, err := s.env.MC.MergePatchParentSpec(ns, exampleName, map[string]any{"TLS": nil}); err != nil {
+			t.Fatal(err)
 		}
+	}, func(map[string][]byte) {
+		if _, err := s.env.MC.MergePatchParentSpec(ns, exampleName, map[string]any{"TLS": tlsSpec}); err != nil {
+			t.Fatal(err)
+		}
+	}, "")
+	if t.Failed() {
+		return
 	}
+	// frozenWhile scaled 3→5→3 twice, each step converged with 0 writes lost.
 	s.upgrade(to)
 	if t.Failed() {
 		return
@@ -279,6 +271,64 @@ func (s *tlsScenario) rotateLeaves() {
 	// the scale and upgrade steps that follow are made through them.
 }
 
+func (s *tlsScenario) secret(name string) map[string][]byte {
+	s.t.Helper()
+	obj, ok := s.env.API.Get(harness.Ref{Type: harness.TypeSecret, Namespace: ns, Name: name})
+	if !ok {
+		s.t.Fatalf("Secret %s not found", name)
+	}
+	var secret corev1.Secret
+	raw, _ := json.Marshal(obj)
+	if err := json.Unmarshal(raw, &secret); err != nil {
+		s.t.Fatal(err)
+	}
+	return secret.Data
+}
+
+// frozenWhile breaks the cluster's TLS configuration with do, and checks
+// what the README promises: the condition names the problem, and the
+// running cluster is left as it is: a scale-out asked for meanwhile is
+// not made, no Pod is replaced, the members and the Services stay, and the
+// writer is served throughout. undo (given the Secret's data before, when
+// secret names one) mends it, and the scale-out is then made.
+func (s *tlsScenario) frozenWhile(what, reason string, do func(), undo func(before map[string][]byte), secret string) {
+	t := s.t
+	s.startWriter("tls-frozen")
+	s.waitWrites(writesAround)
+	var before map[string][]byte
+	if secret != "" {
+		before = s.secret(secret)
+	}
+	pods, members := s.podUIDs(), s.members()
+	do()
+	s.waitParent(30*time.Second, what+": Degraded "+reason, func(st ParentStatus) bool {
+		status, got := st.Condition("Degraded")
+		return status == "True" && got == reason
+	})
+	s.patchSize(5)
+	// Long enough for several syncs (each member Pod event and the 5 s
+	// resync of a troubled cluster): a scale-out would have begun.
+	time.Sleep(6 * time.Second)
+	s.waitWrites(writesAround)
+	if d := cmp.Diff(pods, s.podUIDs()); d != "" {
+		t.Errorf("%s: Pods changed while the cluster is frozen (-before +after):\n%s", what, d)
+	}
+	if d := cmp.Diff(members, s.members()); d != "" {
+		t.Errorf("%s: members changed while the cluster is frozen (-before +after):\n%s", what, d)
+	}
+	s.checkServicesKept(what)
+	_, st, _ := s.c.Parent()
+	t.Logf("TLS: %s: frozen: %s", what, st.ConditionMessage("Degraded"))
+
+	undo(before)
+	start, syncs := time.Now(), s.syncs()
+	s.converge("TLS: "+what+", mended: scale to 5", start, syncs, 5)
+	s.startWriter("tls-frozen-back")
+	start, syncs = time.Now(), s.syncs()
+	s.patchSize(3)
+	s.converge("TLS: back to 3", start, syncs, 3)
+}
+
 // backup: an EtcdBackup by clusterName snapshots the TLS cluster through
 // its https client Service, with the cluster's operator certificate (the
 // rotated one), into a real S3 server.
@@ -328,6 +378,11 @@ func (s *tlsScenario) missingSecret() {
 	}
 	if pods := c.PodNames(); len(pods) != 0 {
 		t.Errorf("a TLS cluster without its Secret has Pods %v, want none", pods)
+	}
+	for _, svc := range []string{name, name + "-client"} {
+		if _, ok := s.env.API.Get(harness.Ref{Type: harness.TypeService, Namespace: ns, Name: svc}); ok {
+			t.Errorf("a TLS cluster without its Secret has Service %s, want none: it is not created half-way", svc)
+		}
 	}
 	t.Logf("TLS: missing Secret: %s", msg)
 }
