@@ -49,6 +49,10 @@ etcd-bins:
 endif
 # mk/kube.mk defines kube-bins (kube-apiserver, kubectl) and test-apiserver.
 -include mk/kube.mk
+# mk/charts.mk defines test-charts (helm lint, helm template, no drift from
+# manifests/); mk/monitoring.mk defines test-monitoring (promtool, dashboard).
+include mk/charts.mk
+include mk/monitoring.mk
 
 .PHONY: help build run test unit e2e fuzz bench bench-quick manifests verify-manifests fmt vet lint docker-build clean
 
@@ -75,6 +79,8 @@ test: ## what CI runs: lint, verify-manifests, etcd-bins, unit, apiserver, e2e, 
 	@echo "==> unit";             $(MAKE) unit
 	@echo "==> kube-bins";        $(MAKE) kube-bins
 	@echo "==> apiserver";        $(MAKE) test-apiserver
+	@echo "==> charts";           $(MAKE) test-charts
+	@echo "==> monitoring";       $(MAKE) test-monitoring
 	@echo "==> e2e";              $(MAKE) e2e
 	@echo "==> fuzz";             $(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 	@echo "==> test: all passed"

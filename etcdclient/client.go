@@ -240,6 +240,7 @@ func membershipFrom(list *clientv3.MemberListResponse, statuses []endpointStatus
 			member.Version = st.Version
 			member.RaftIndex = st.RaftIndex
 			member.Errors = st.Errors
+			member.DBSize, member.DBSizeInUse = st.DbSize, st.DbSizeInUse
 			// A member that calls itself the leader is the authority.
 			if st.Leader == m.ID {
 				leaderVotes[m.ID] += len(statuses) + 1

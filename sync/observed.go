@@ -83,6 +83,10 @@ type Member struct {
 	RaftIndex uint64
 	// Errors are alarms or errors the member reported about itself.
 	Errors []string
+	// DBSize is the size of the member's database file and DBSizeInUse
+	// the part of it that holds data (etcd 3.4 and later; 0 before): the
+	// rest is free pages that only a defragmentation gives back.
+	DBSize, DBSizeInUse int64
 }
 
 // Started reports whether the member has ever run: etcd fills in a member's
@@ -110,6 +114,7 @@ func (ms *Membership) WithMembers(members []Member) *Membership {
 	for _, m := range members {
 		if old, ok := seen[m.ID]; ok {
 			m.Reachable, m.Version, m.RaftIndex, m.Errors = old.Reachable, old.Version, old.RaftIndex, old.Errors
+			m.DBSize, m.DBSizeInUse = old.DBSize, old.DBSizeInUse
 			if m.Name == "" {
 				m.Name = old.Name
 			}

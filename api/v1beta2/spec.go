@@ -72,6 +72,18 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.static) || (has(self.static.operatorSecret) && self.static.operatorSecret != '') == (has(self.static.member) && has(self.static.member.serverSecret) && self.static.member.serverSecret != '')",message="spec.TLS.static: operatorSecret and member.serverSecret are set together or not at all"
 	// +optional
 	TLS *TLSPolicy `json:"TLS,omitempty"`
+
+	// Etcd sets etcd's own flags that keep a database healthy: its quota
+	// and how it compacts history. A change rolls to every member, one at
+	// a time.
+	// +optional
+	Etcd *EtcdSettings `json:"etcd,omitempty"`
+
+	// Housekeeping lets the hook look after etcd's database by itself:
+	// recover from a NOSPACE alarm, and defragment members whose files
+	// hold much free space. Off unless asked for.
+	// +optional
+	Housekeeping *HousekeepingPolicy `json:"housekeeping,omitempty"`
 }
 
 // PodPolicy shapes the Pods of the members.
