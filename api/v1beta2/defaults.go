@@ -13,6 +13,7 @@ func (s ClusterSpec) WithDefaults() ClusterSpec {
 		s.Version = DefaultVersion
 	}
 	s.Version = strings.TrimPrefix(s.Version, "v")
+	s.Etcd = s.Etcd.WithDefaults()
 	return s
 }
 
