@@ -102,6 +102,8 @@ func (p *planner) memberChildren(views []memberView) []Child {
 		switch {
 		case v.pod != nil && v.persistent && podFinished(v.pod) && v.pod.DeletionTimestamp == nil:
 			// Drop the ended Pod; the next sync recreates it on the claim.
+		case v.pod != nil && v.pod.DeletionTimestamp == nil:
+			children = append(children, p.currentPod(v.pod))
 		case v.pod != nil:
 			children = append(children, keepPod(v.pod))
 		case !v.Started() || (v.persistent && v.claim != nil):

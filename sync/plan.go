@@ -53,6 +53,8 @@ type planner struct {
 	// holdEmptySeed keeps a cluster that waits for its data from being
 	// seeded empty meanwhile.
 	holdEmptySeed bool
+	// hash is podSpecHash of spec, once computed; see rollout.go.
+	hash string
 }
 
 // Plan decides one sync. See the package documentation for the protocol.

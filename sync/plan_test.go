@@ -351,6 +351,9 @@ func TestSeedPodBootstrapFlags(t *testing.T) {
 		"--initial-cluster-state=new",
 		"--initial-cluster-token=demo-" + testUID,
 		"--listen-metrics-urls=http://0.0.0.0:2381",
+		"--quota-backend-bytes=2147483648",
+		"--auto-compaction-mode=periodic",
+		"--auto-compaction-retention=1h",
 	}
 	if diff := cmp.Diff(want, pod.Spec.Containers[0].Command); diff != "" {
 		t.Errorf("seed command (-want +got):\n%s", diff)

@@ -81,6 +81,7 @@ func renderMemberPod(in memberPodInput) *corev1.Pod {
 	}
 	annotations[AnnotationVersion] = spec.Version
 	annotations[AnnotationSeedMember] = in.seed
+	annotations[AnnotationPodSpecHash] = podSpecHash(spec)
 
 	container := corev1.Container{
 		Name:    "etcd",
@@ -130,6 +131,9 @@ func renderMemberPod(in memberPodInput) *corev1.Pod {
 		pod.Spec.NodeSelector = policy.NodeSelector
 		pod.Spec.Tolerations = policy.Tolerations
 		pod.Spec.SecurityContext = policy.SecurityContext
+		pod.Spec.PriorityClassName = policy.PriorityClassName
+		pod.Spec.ImagePullSecrets = policy.ImagePullSecrets
+		pod.Spec.TopologySpreadConstraints = policy.TopologySpreadConstraints
 	}
 	return pod
 }
@@ -153,7 +157,7 @@ func etcdCommand(in memberPodInput) []string {
 	if servesMetrics(in.spec.Version) {
 		cmd = append(cmd, fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", MetricsPort))
 	}
-	return cmd
+	return append(cmd, etcdSettingsFlags(in.spec)...)
 }
 
 // MetricsPort serves /metrics and /health over plain HTTP, with no client

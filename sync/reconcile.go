@@ -28,13 +28,10 @@ func (p *planner) withMembership() Decision {
 	}
 	leader := p.leaderView(views)
 	upgrade := p.upgradeState(views, leader)
-	step := p.nextStep(views, upgrade)
-	if step.reimage != nil && o.Acted == nil && !o.Membership.Stale {
-		for i, c := range children {
-			if c.Kind == KindPod && c.Name == step.reimage.Name {
-				children[i] = p.reimagedPod(step.reimage)
-			}
-		}
+	rollout := p.rolloutState(views, leader)
+	step := p.nextStep(views, upgrade, rollout)
+	if o.Acted == nil && !o.Membership.Stale {
+		children = p.applyPodStep(children, step)
 	}
 	sortChildren(children)
 	r.upgrading = p.upgradingCondition(views, upgrade, step)
@@ -76,7 +73,27 @@ type stepResult struct {
 	// answer: an upgrade step, or the repair of a member the previous
 	// version change broke.
 	reimage *corev1.Pod
-	resync  time.Duration
+	// drop is the member Pod this answer leaves out, so that Metacontroller
+	// deletes it and a later sync renders it again on its claim: a rollout
+	// step, or the repair of a member the previous spec broke.
+	drop   *corev1.Pod
+	resync time.Duration
+}
+
+// applyPodStep makes the step's change to a member Pod in the answer.
+func (p *planner) applyPodStep(children []Child, step stepResult) []Child {
+	out := children[:0]
+	for _, c := range children {
+		switch {
+		case c.Kind != KindPod:
+		case step.reimage != nil && c.Name == step.reimage.Name:
+			c = p.reimagedPod(step.reimage)
+		case step.drop != nil && c.Name == step.drop.Name:
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 func waiting(reason, message string) stepResult {
@@ -98,7 +115,7 @@ func blockedStep(reason, message string) stepResult {
 
 // nextStep is the ladder of membership steps, most urgent first. Each rung
 // returns; the first that applies is the only step of this sync.
-func (p *planner) nextStep(views []memberView, upgrade upgradeState) stepResult {
+func (p *planner) nextStep(views []memberView, upgrade upgradeState, rollout rolloutState) stepResult {
 	ms := p.o.Membership
 	if ms.Stale || !HasQuorum(ms) || ms.LeaderID == 0 {
 		return blockedStep(ReasonQuorumLost, "no membership change is made without a quorum and a leader")
@@ -113,6 +130,14 @@ func (p *planner) nextStep(views []memberView, upgrade upgradeState) stepResult 
 		}
 		if v.dead {
 			return acting(p.remove(v, "learner "+v.name+" is removed: "+v.deadReason), ReasonReplacingMember)
+		}
+		if !v.ready && p.outdated(v.pod) {
+			// Made for an earlier spec and not serving: a learner on the
+			// current spec takes its place, without waiting for it to fail.
+			return acting(p.remove(v, "learner "+v.name+", made for an earlier spec and not ready, is removed"), ReasonRollingChange)
+		}
+		if why := podFailureOf(v.pod); why != "" && len(rollout.pending) > 0 {
+			return blockedStep(ReasonRolloutHalted, fmt.Sprintf("rollout halted: learner %s on the new spec cannot run: %s", v.name, why))
 		}
 		if !v.Started() || !v.ready || !learnerCaughtUp(v.Member, leader.Member) {
 			return waiting(ReasonWaitingForMember, fmt.Sprintf("waiting for learner %s to start and catch up with the leader", v.name))
@@ -160,6 +185,10 @@ func (p *planner) nextStep(views []memberView, upgrade upgradeState) stepResult 
 		}
 	}
 
+	if step := p.rescueRollout(views); step.drop != nil {
+		return step
+	}
+
 	var unready []string
 	for _, v := range views {
 		if !v.ready {
@@ -172,6 +201,10 @@ func (p *planner) nextStep(views []memberView, upgrade upgradeState) stepResult 
 			return waiting(ReasonUpgradeHalted, "upgrade halted: "+upgrade.halted)
 		case upgrade.upgrading != "":
 			return waiting(ReasonRollingUpgrade, "upgrading "+upgrade.upgrading)
+		case rollout.halted != "":
+			return blockedStep(ReasonRolloutHalted, "rollout halted: "+rollout.halted)
+		case rollout.rolling != "":
+			return waiting(ReasonRollingChange, "rolling out the spec change: waiting for "+rollout.rolling)
 		}
 		return waiting(ReasonWaitingForMember, "waiting for members to become ready: "+strings.Join(unready, ", "))
 	}
@@ -183,6 +216,8 @@ func (p *planner) nextStep(views []memberView, upgrade upgradeState) stepResult 
 		return p.shrink(views, leader)
 	case len(upgrade.pending) > 0 || upgrade.halted != "" || upgrade.upgrading != "":
 		return p.upgrade(views, leader, upgrade)
+	case len(rollout.pending) > 0 || rollout.halted != "" || rollout.rolling != "":
+		return p.rollout(views, leader, rollout)
 	}
 	return stepResult{}
 }
@@ -267,11 +302,15 @@ func (p *planner) learnersSupported() bool {
 // go: removing the leader forces an election and stalls writes.
 func (p *planner) shrink(views []memberView, leader memberView) stepResult {
 	ms := p.o.Membership
-	var victim *memberView
-	for i := len(views) - 1; i >= 0; i-- {
+	// An outdated member goes first: in an emptyDir rollout the surplus is
+	// the member the new one replaces.
+	victim, leaderOutdated := p.outdatedVictim(views, ms.LeaderID)
+	if victim == nil && leaderOutdated {
+		return p.moveLeaderOff(views, leader, "before "+leader.name+", made for an earlier spec, is removed")
+	}
+	for i := len(views) - 1; i >= 0 && victim == nil; i-- {
 		if views[i].ID != ms.LeaderID {
 			victim = &views[i]
-			break
 		}
 	}
 	if victim == nil {
@@ -279,6 +318,9 @@ func (p *planner) shrink(views []memberView, leader memberView) stepResult {
 	}
 	if !CanRemove(ms, victim.ID) {
 		return blockedStep(ReasonScalingDown, fmt.Sprintf("member %s cannot be removed without losing quorum", victim.name))
+	}
+	if p.outdated(victim.pod) && len(views) == p.spec.Size+1 {
+		return acting(p.remove(*victim, fmt.Sprintf("rolling out the spec change: removing member %s, which a member on the new spec replaces", victim.name)), ReasonRollingChange)
 	}
 	return acting(p.remove(*victim, fmt.Sprintf("scaling from %d to %d members: removing %s", len(views), p.spec.Size, victim.name)), ReasonScalingDown)
 }

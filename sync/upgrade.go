@@ -1,7 +1,6 @@
 package sync
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -57,6 +56,9 @@ func podFailure(pod *corev1.Pod) string {
 	if podFinished(pod) {
 		return "its Pod is " + string(pod.Status.Phase)
 	}
+	if why := unschedulable(pod); why != "" {
+		return why
+	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name != "etcd" {
 			continue
@@ -72,15 +74,10 @@ func podFailure(pod *corev1.Pod) string {
 // Kubernetes allows to a Pod in place. The member keeps its name, identity
 // and data; the kubelet restarts its container on the new binary.
 func (p *planner) reimagedPod(pod *corev1.Pod) Child {
-	kept := keepPod(pod)
-	var out corev1.Pod
-	switch obj := kept.Object.(type) {
-	case json.RawMessage:
-		if err := json.Unmarshal(obj, &out); err != nil {
-			return kept
-		}
-	case *corev1.Pod:
-		out = *obj.DeepCopy()
+	kept := p.currentPod(pod)
+	out, ok := podObject(kept)
+	if !ok {
+		return kept
 	}
 	for i := range out.Spec.Containers {
 		if out.Spec.Containers[i].Name == "etcd" {
@@ -91,8 +88,7 @@ func (p *planner) reimagedPod(pod *corev1.Pod) Child {
 		out.Annotations = map[string]string{}
 	}
 	out.Annotations[AnnotationVersion] = p.spec.Version
-	out.APIVersion, out.Kind = "v1", "Pod"
-	return Child{Kind: KindPod, Name: pod.Name, Object: &out}
+	return Child{Kind: KindPod, Name: pod.Name, Object: out}
 }
 
 // rescuable: without a membership to read, a Pod that the kubelet cannot

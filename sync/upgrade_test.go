@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -10,9 +11,13 @@ import (
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 )
 
-// onVersion is a Pod whose container was created on version, and runs it.
+var etcdImage = regexp.MustCompile(`quay\.io/coreos/etcd:v[0-9.]+`)
+
+// onVersion is a Pod whose container was created on version, and runs it:
+// its spec, and the configuration the hook last applied, name the image.
 func onVersion(p *corev1.Pod, version string) *corev1.Pod {
 	p.Spec.Containers[0].Image = "quay.io/coreos/etcd:v" + version
+	p.Annotations[LastAppliedAnnotation] = etcdImage.ReplaceAllString(p.Annotations[LastAppliedAnnotation], p.Spec.Containers[0].Image)
 	for i := range p.Status.ContainerStatuses {
 		p.Status.ContainerStatuses[i].Image = p.Spec.Containers[0].Image
 	}

@@ -119,9 +119,25 @@ type PodPolicy struct {
 	// +optional
 	SecurityContext *corev1.PodSecurityContext `json:"securityContext,omitempty"`
 
+	// PriorityClassName of the member Pods: give etcd a high one, so that
+	// the scheduler evicts other Pods before a member.
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// ImagePullSecrets for a private etcd repository.
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// TopologySpreadConstraints spread members over zones or nodes. Their
+	// label selectors should select this cluster's members: app=etcd and
+	// etcd_cluster=<name>.
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
 	// EtcdEnv is added to the etcd container's environment, e.g.
-	// ETCD_QUOTA_BACKEND_BYTES. Do not use it to override the flags that
-	// bootstrap membership.
+	// ETCD_LOG_LEVEL. Do not use it to override the flags that bootstrap
+	// membership, nor those spec.etcd sets: etcd refuses to start when a
+	// flag and its variable are both set.
 	// +optional
 	EtcdEnv []corev1.EnvVar `json:"etcdEnv,omitempty"`
 

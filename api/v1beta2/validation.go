@@ -47,6 +47,7 @@ func (s *ClusterSpec) validate(path *field.Path) field.ErrorList {
 		errs = append(errs, validateObjectName(path.Child("disasterRecovery", "backup"), dr.Backup)...)
 	}
 	errs = append(errs, s.TLS.validate(path.Child("TLS"))...)
+	errs = append(errs, s.Etcd.validate(path.Child("etcd"), s.WithDefaults().Version)...)
 	if s.Pod != nil {
 		for k := range s.Pod.Labels {
 			if k == "app" || strings.HasPrefix(k, "etcd_") {
