@@ -206,6 +206,12 @@ func (p *planner) rolloutState(views []memberView, leader memberView) rolloutSta
 	var current []memberView
 	for _, v := range views {
 		switch {
+		case v.pod != nil && v.pod.DeletionTimestamp != nil && v.persistent && p.outdated(v.pod):
+			// Dropped by the previous step: its Pod is on its way out, and
+			// comes back on the current spec.
+			if st.rolling == "" {
+				st.rolling = fmt.Sprintf("member %s, whose Pod is being deleted to get a new one", v.name)
+			}
 		case v.pod != nil && p.outdated(v.pod):
 			st.pending = append(st.pending, v)
 		case v.Started():
