@@ -109,6 +109,32 @@ func scenario(data []byte) *Observed {
 			c.Status.Restore = &v1beta2.ClusterRestoreStatus{Request: restoreID, Phase: v1beta2.RestoreFailed}
 		}
 	}
+	// A change of spec being rolled out: the spec asks for specAfter, each
+	// Pod was rendered from one spec or the other, and members may keep
+	// their data on claims.
+	roll, outdated := next(), next()
+	if roll&1 != 0 {
+		policy := specAfter
+		c.Spec.Pod = &policy
+		before := v1beta2.ClusterSpec{Version: c.Spec.Version, Pod: &specBefore}
+		for i := range nMembers {
+			pod := o.Pods[name(i)]
+			if pod == nil {
+				continue
+			}
+			spec := c.Spec
+			if outdated&(1<<i) != 0 {
+				spec = before
+			}
+			onSpec(pod, spec)
+			if roll&2 != 0 {
+				pod.Spec.Volumes = []corev1.Volume{{Name: dataVolume, VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name(i)},
+				}}}
+				o.PVCs[name(i)] = &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: testNS}}
+			}
+		}
+	}
 	return o
 }
 
@@ -156,6 +182,11 @@ func FuzzPlan(f *testing.F) {
 	f.Add([]byte{4, 2, 6, 3, 0x10, 0x10, 0x10, 0, 3, 5})
 	f.Add([]byte{4, 2, 6, 3, 0x10, 0x10, 0x10, 0, 3, 7})
 	f.Add([]byte{4, 2, 6, 3, 0x10, 0x10, 0x10, 0, 3, 15})
+	// A rollout: on claims with the first member outdated, and on
+	// emptyDirs with two.
+	f.Add([]byte{4, 2, 6, 3, 0x10, 0x10, 0x10, 0, 0, 0, 3, 1})
+	f.Add([]byte{4, 2, 6, 3, 0x10, 0x10, 0x10, 0, 0, 0, 1, 6})
+	f.Add([]byte{4, 2, 6, 3, 0x10, 0x20, 0x10, 0, 0, 0, 3, 5})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		o := scenario(data)
 		before := fmt.Sprint(o.Membership)
@@ -199,7 +230,9 @@ func FuzzPlan(f *testing.F) {
 			for name, pod := range o.Pods {
 				// A verified restore replaces every Pod; a failed one drops
 				// its own seed.
-				if !inAnswer[name] && !(verified && !frozen) && !(name == restoreSeed && !frozen) {
+				// An ended Pod on a claim is dropped to come back on it.
+				ended := !frozen && podFinished(pod) && podUsesClaim(pod)
+				if !inAnswer[name] && !(verified && !frozen) && !(name == restoreSeed && !frozen) && !ended {
 					t.Fatalf("Pod %s dropped without a linearizable membership (frozen=%v)", name, frozen)
 				}
 				if frozen && !keptAsApplied(d.Children, name, pod) {
@@ -226,6 +259,23 @@ func FuzzPlan(f *testing.F) {
 			if pod, ok := o.Pods[n]; ok && !podUsesClaim(pod) && !inAnswer[n] {
 				t.Fatalf("member %s's Pod dropped before its removal", n)
 			}
+		}
+		// A member whose Pod is ready loses it (a rollout on a claim) only
+		// while every other member is ready: never two members out at once.
+		dropped := 0
+		for _, m := range o.Membership.Members {
+			n := MemberName(m, o.Cluster.Name)
+			if pod, ok := o.Pods[n]; ok && podReady(pod) && !inAnswer[n] && !verified {
+				dropped++
+				for _, other := range o.Membership.Members {
+					if on := MemberName(other, o.Cluster.Name); on != n && !podReady(o.Pods[on]) {
+						t.Fatalf("member %s's ready Pod dropped while member %s is not ready", n, on)
+					}
+				}
+			}
+		}
+		if dropped > 1 {
+			t.Fatalf("%d ready member Pods dropped at once", dropped)
 		}
 		if d.Action == nil {
 			return
