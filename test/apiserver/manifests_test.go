@@ -186,7 +186,7 @@ func testExamples(t *testing.T, k *kube) {
 			v1beta2.APIVersion, seedSize, seedVersion, v1beta2.DefaultRepository)
 	}
 	got := k.mustKubectl(t, "", "get", "etcd", "-n", nsServerSide, "-o", "name").stdout
-	for _, name := range []string{seedName, "example", "example-pod-policy"} {
+	for _, name := range []string{seedName, "example", "example-pod-policy", "example-etcd-settings"} {
 		if !slices.Contains(strings.Fields(got), "etcdcluster.etcd.database.coreos.com/"+name) {
 			t.Errorf("kubectl get etcd does not list %s:\n%s", name, got)
 		}
