@@ -95,6 +95,10 @@ type ClusterStatus struct {
 	// restore would bring back, and what it would cost.
 	// +optional
 	NewestBackup *KnownBackup `json:"newestBackup,omitempty"`
+
+	// Housekeeping is the housekeeping under way (spec.housekeeping).
+	// +optional
+	Housekeeping *HousekeepingStatus `json:"housekeeping,omitempty"`
 }
 
 // KnownBackup is a backup an EtcdBackup reports for this cluster.
