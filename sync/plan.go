@@ -58,7 +58,7 @@ type planner struct {
 }
 
 // Plan decides one sync. See the package documentation for the protocol.
-func Plan(observed *Observed) Decision {
+func Plan(observed *Observed) (d Decision) {
 	// The planner may take children out of its view (see restore.go); the
 	// caller's observation stays as it was, since it may plan again on it.
 	o := *observed
@@ -67,6 +67,14 @@ func Plan(observed *Observed) Decision {
 	p.rec = p.bootstrapRecord()
 	p.restoreStatus = o.Cluster.Status.Restore
 	p.newest = p.newestBackup()
+	// The GitOps conditions summarise the status as finally rendered
+	// (restore.go edits it after status()): see health.go. A finalize
+	// answer carries the last status over; kstatus reads Terminating.
+	defer func() {
+		if !o.Finalizing {
+			p.withHealth(&d.Status)
+		}
+	}()
 	switch {
 	case o.Finalizing:
 		return p.finalize()

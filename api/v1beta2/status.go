@@ -27,6 +27,22 @@ const (
 	// Upgrading: members run another version than the spec asks for, and
 	// the hook is moving them one at a time, or has stopped and says why.
 	ConditionUpgrading ConditionType = "Upgrading"
+
+	// The kstatus conditions, which Flux, kubectl wait and Argo CD (with
+	// the Lua check in manifests/gitops) read: see the README's "GitOps
+	// health". EtcdBackup and EtcdRestore carry them too. Reconciling and
+	// Stalled are abnormal-true, and never both True.
+	//
+	// Ready: the object matches its spec. For a cluster: spec.size members,
+	// every one a ready voter on the target image and Pod spec, and a
+	// leader elected.
+	ConditionReady ConditionType = "Ready"
+	// Reconciling: the hook is moving the object toward its spec.
+	ConditionReconciling ConditionType = "Reconciling"
+	// Stalled: the hook cannot go on without a person: an invalid spec, a
+	// refused change, a confirmed loss of quorum, a halted rollout, a
+	// failed restore. Its reason says which.
+	ConditionStalled ConditionType = "Stalled"
 )
 
 // ClusterStatus is what the hook last observed. Metacontroller replaces it

@@ -415,6 +415,7 @@ func (p *planner) finalStatus() v1beta2.BackupStatus {
 		}
 		st.Conditions = append(st.Conditions, out)
 	}
+	st.Conditions = append(st.Conditions, p.health(st)...)
 	return st
 }
 

@@ -72,7 +72,8 @@ func Plan(o *Observed) Decision {
 		if !st.Succeeded {
 			st.Reason = msg
 		}
-		st.Conditions = []v1beta2.ClusterCondition{condition(r, status, reason, msg, o.Now)}
+		succeeded := condition(r, status, reason, msg, o.Now)
+		st.Conditions = append([]v1beta2.ClusterCondition{succeeded}, health(r, succeeded, o.Now)...)
 		d := Decision{Status: st}
 		if status == metav1.ConditionUnknown {
 			d.ResyncAfter = 10 * time.Second

@@ -72,8 +72,10 @@ func TestPlan(t *testing.T) {
 			tc.o.Now = now
 			d := Plan(&tc.o)
 			got := outcome{Succeeded: d.Status.Succeeded, Phase: d.Status.Phase}
-			if len(d.Status.Conditions) == 1 {
-				got.Reason, got.Status = d.Status.Conditions[0].Reason, d.Status.Conditions[0].Status
+			for _, c := range d.Status.Conditions {
+				if c.Type == ConditionSucceeded {
+					got.Reason, got.Status = c.Reason, c.Status
+				}
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("%s (-want +got):\n%s", tc.reason, diff)
