@@ -81,3 +81,7 @@ test-charts: helm $(KUBECTL_BIN) ## helm lint, helm template and the no-drift te
 chart-crds: ## copy manifests/crd/*.yaml into charts/etcd-hook/crds
 	rm -f $(CHART_DIR)/crds/*.yaml
 	cp manifests/crd/*.yaml $(CHART_DIR)/crds/
+
+# test/apiserver installs the chart with bin/helm (TestChart): build it
+# first. A prerequisite added here, so that mk/kube.mk stays usable alone.
+test-apiserver: helm

@@ -1,0 +1,385 @@
+package apiserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	chartDir     = "charts/etcd-hook"
+	chartRelease = "etcd-hook"
+	// The namespace Helm keeps the release's record in; the hook's objects
+	// go to the chart's namespace.name (etcd-hook).
+	chartReleaseNamespace = "default"
+	chartHookNamespace    = "etcd-hook"
+	helmHint              = "make bin/helm"
+	// helmTimeout bounds one helm invocation (install, upgrade, uninstall).
+	helmTimeout = 2 * time.Minute
+)
+
+// chartTLS is the values of the HTTPS variant (manifests/tls).
+var chartTLS = []string{"--set", "tls.enabled=true"}
+
+// TestChart installs charts/etcd-hook on a real API server with a real
+// Helm, with Metacontroller's CRDs installed first so that the
+// CompositeControllers are validated against their schema. In order: an
+// install, an upgrade to HTTPS and back, and an uninstall, which keeps the
+// CRDs and every EtcdCluster.
+func TestChart(t *testing.T) {
+	k, h := startChartKube(t)
+	steps := []struct {
+		name string
+		fn   func(*testing.T, *kube, *helmClient)
+	}{
+		{"Install", testChartInstall},
+		{"UpgradeToHTTPS", testChartUpgradeToHTTPS},
+		{"UpgradeBackToHTTP", testChartUpgradeBackToHTTP},
+		{"Uninstall", testChartUninstall},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, func(t *testing.T) { s.fn(t, k, h) }) {
+			t.Fatalf("step %s failed; the steps after it build on it", s.name)
+		}
+	}
+}
+
+// TestChartAdoptsKustomizeInstall: on an API server of its own, where
+// kubectl apply -k manifests/ installed the hook and an EtcdCluster runs,
+// the chart's README's two commands and helm install move the install to
+// Helm without changing it.
+func TestChartAdoptsKustomizeInstall(t *testing.T) {
+	k, h := startChartKube(t)
+	testChartAdopt(t, k, h)
+}
+
+// startChartKube starts an API server with Metacontroller's CRDs, and a
+// Helm client for it.
+func startChartKube(t *testing.T) (*kube, *helmClient) {
+	t.Helper()
+	root := moduleRoot(t)
+	crds := metacontrollerCRDs(t, root)
+	helm := helmBin(t, root)
+	start := time.Now()
+	k := startKube(t)
+	t.Logf("etcd and kube-apiserver ready in %v", time.Since(start).Round(time.Millisecond))
+	k.mustKubectl(t, "", "apply", "--server-side", "--validate=strict", "-f", crds)
+	k.mustKubectl(t, "", "wait", "--for=condition=Established", "--timeout=30s", "-f", crds)
+	return k, &helmClient{bin: helm, k: k, home: t.TempDir()}
+}
+
+// helmBin returns bin/helm once it is known to be the release
+// tools/helm/go.mod pins.
+func helmBin(t *testing.T, root string) string {
+	t.Helper()
+	bin := filepath.Join(root, "bin", "helm")
+	requireBinary(t, bin, helmHint)
+	var want string
+	b, err := os.ReadFile(filepath.Join(root, "tools", "helm", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require ")); len(f) >= 2 && f[0] == "helm.sh/helm/v3" {
+			want = f[1]
+		}
+	}
+	out, err := exec.Command(bin, "version", "--template", "{{.Version}}").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s version: %v\n%s", bin, err, out)
+	}
+	if got := strings.TrimSpace(string(out)); want == "" || got != want {
+		t.Fatalf("%s is %s but tools/helm/go.mod pins %q: delete it and run %q", bin, got, want, helmHint)
+	}
+	return bin
+}
+
+// helmClient runs bin/helm against the test's API server, with a Helm home
+// of its own (no repositories, caches or plugins of the machine's user).
+type helmClient struct {
+	bin  string
+	k    *kube
+	home string
+}
+
+// run runs helm from the module root; a non-zero exit fails the test, and
+// so does a warning from the API server (deprecated API, PodSecurity,
+// unknown field), which client-go logs on stderr.
+func (h *helmClient) run(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), helmTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, h.bin, args...)
+	cmd.Dir = h.k.root
+	cmd.Env = []string{
+		"KUBECONFIG=" + h.k.kubeconfig,
+		"HOME=" + h.home,
+		"HELM_CACHE_HOME=" + filepath.Join(h.home, "cache"),
+		"HELM_CONFIG_HOME=" + filepath.Join(h.home, "config"),
+		"HELM_DATA_HOME=" + filepath.Join(h.home, "data"),
+		"PATH=" + os.Getenv("PATH"),
+		"LANG=C",
+		"NO_PROXY=127.0.0.1", "no_proxy=127.0.0.1",
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{args: append([]string{"(helm)"}, args...), stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit) && ctx.Err() == nil:
+		r.code = exit.ExitCode()
+	default:
+		t.Fatalf("helm %s: %v (timeout %v)\n%s", strings.Join(args, " "), err, helmTimeout, stderr.String())
+	}
+	if r.code != 0 {
+		t.Fatal(r)
+	}
+	if strings.Contains(strings.ToLower(r.stderr), "warning") {
+		t.Errorf("unexpected warning:\n%s", r)
+	}
+	return r
+}
+
+// template renders the chart as install and upgrade do, CRDs included.
+func (h *helmClient) template(t *testing.T, values ...string) string {
+	t.Helper()
+	return h.run(t, append([]string{"template", chartRelease, chartDir, "--include-crds", "--namespace", chartReleaseNamespace}, values...)...).stdout
+}
+
+// install and upgrade leave the release's objects as they are rendered
+// (no --wait: nothing runs Pods here).
+func (h *helmClient) install(t *testing.T, values ...string) {
+	t.Helper()
+	h.run(t, append([]string{"install", chartRelease, chartDir, "--namespace", chartReleaseNamespace}, values...)...)
+}
+
+func (h *helmClient) upgrade(t *testing.T, values ...string) {
+	t.Helper()
+	h.run(t, append([]string{"upgrade", chartRelease, chartDir, "--namespace", chartReleaseNamespace}, values...)...)
+}
+
+// rendered decodes a rendering with kubectl (a client-side dry run), one
+// object after another.
+func rendered(t *testing.T, k *kube, manifest string) []map[string]any {
+	t.Helper()
+	var objs []map[string]any
+	dec := json.NewDecoder(strings.NewReader(k.mustKubectl(t, manifest, "create", "--dry-run=client", "-o", "json", "-f", "-").stdout))
+	for dec.More() {
+		var obj map[string]any
+		if err := dec.Decode(&obj); err != nil {
+			t.Fatalf("kubectl create --dry-run=client: %v", err)
+		}
+		objs = append(objs, obj)
+	}
+	if len(objs) == 0 {
+		t.Fatal("the chart rendered nothing")
+	}
+	return objs
+}
+
+// live gets the stored version of each object of a rendering, by key.
+func live(t *testing.T, k *kube, manifest string) map[string]map[string]any {
+	t.Helper()
+	var list struct {
+		Items []map[string]any `json:"items"`
+	}
+	unmarshal(t, k.mustKubectl(t, manifest, "get", "-f", "-", "-o", "json").stdout, &list)
+	stored := map[string]map[string]any{}
+	for _, obj := range list.Items {
+		stored[objectKey(obj)] = obj
+	}
+	return stored
+}
+
+// checkStoredAsRendered: every object the chart renders with values is
+// stored, with every field as rendered (admission pruned or changed
+// nothing, and Helm applied all of it).
+func checkStoredAsRendered(t *testing.T, k *kube, h *helmClient, values ...string) map[string]map[string]any {
+	t.Helper()
+	manifest := h.template(t, values...)
+	stored := live(t, k, manifest)
+	for _, obj := range rendered(t, k, manifest) {
+		key := objectKey(obj)
+		got, ok := stored[key]
+		if !ok {
+			t.Errorf("%s is not stored", key)
+			continue
+		}
+		for _, p := range notKept("", obj, got) {
+			t.Errorf("%s: %s is not as rendered: the chart says %s, stored %s", key, p, jsonString(t, lookupPath(obj, p)), jsonString(t, lookupPath(got, p)))
+		}
+	}
+	return stored
+}
+
+// testChartInstall: helm install with the default values, then every
+// object as rendered, the CRDs established, and an example EtcdCluster
+// accepted by them.
+func testChartInstall(t *testing.T, k *kube, h *helmClient) {
+	h.install(t)
+	stored := checkStoredAsRendered(t, k, h)
+	var kinds []string
+	for key := range stored {
+		kinds = append(kinds, strings.SplitN(key, "/", 2)[0])
+	}
+	for _, kind := range []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "Deployment", "Service",
+		"PodDisruptionBudget", "ClusterRole", "ClusterRoleBinding", "CompositeController"} {
+		if !slices.Contains(kinds, kind) {
+			t.Errorf("no %s installed (installed: %s)", kind, strings.Join(slices.Sorted(slices.Values(kinds)), ", "))
+		}
+	}
+	k.mustKubectl(t, "", "wait", "--for=condition=Established", "--timeout=30s", "crd/"+crdName)
+	noWarnings(t, k.mustKubectl(t, "", "apply", "--validate=strict", "-n", chartReleaseNamespace,
+		"-f", filepath.Join(examplesDir, seedExample)))
+}
+
+// testChartUpgradeToHTTPS: helm upgrade with tls.enabled moves every
+// webhook of the three CompositeControllers to https with the CA of the
+// Secret, as manifests/tls does, and leaves the EtcdCluster alone.
+func testChartUpgradeToHTTPS(t *testing.T, k *kube, h *helmClient) {
+	before := resourceVersionOf(t, k, chartReleaseNamespace, "etcd/"+seedName)
+	h.upgrade(t, chartTLS...)
+	stored := checkStoredAsRendered(t, k, h, chartTLS...)
+	for key, obj := range stored {
+		if !strings.HasPrefix(key, "CompositeController/") {
+			continue
+		}
+		hooks, _ := lookupPath(obj, ".spec.hooks").(map[string]any)
+		for name := range hooks {
+			if url, _ := lookupPath(obj, ".spec.hooks."+name+".webhook.url").(string); !strings.HasPrefix(url, "https://"+tlsHookHost+"/") {
+				t.Errorf("%s: hooks.%s.webhook.url is %q, want https://%s/…", key, name, url, tlsHookHost)
+			}
+		}
+		if host := lookupPath(obj, ".spec.endpointConfigs[0].host"); host != tlsHookHost {
+			t.Errorf("%s: endpointConfigs[0].host is %v, want %s", key, host, tlsHookHost)
+		}
+	}
+	if after := resourceVersionOf(t, k, chartReleaseNamespace, "etcd/"+seedName); after != before {
+		t.Errorf("the upgrade changed EtcdCluster %s (resourceVersion %s, then %s)", seedName, before, after)
+	}
+}
+
+// testChartUpgradeBackToHTTP: an upgrade with tls.enabled=false takes
+// away what HTTPS added (Helm's three-way merge), so that nothing is left
+// of it. (A helm upgrade given no values at all reuses the release's last
+// ones, and so would stay on HTTPS.)
+func testChartUpgradeBackToHTTP(t *testing.T, k *kube, h *helmClient) {
+	plain := []string{"--set", "tls.enabled=false"}
+	h.upgrade(t, plain...)
+	stored := checkStoredAsRendered(t, k, h, plain...)
+	for key, obj := range stored {
+		if strings.HasPrefix(key, "CompositeController/") {
+			if got := lookupPath(obj, ".spec.endpointConfigs"); got != nil {
+				t.Errorf("%s: spec.endpointConfigs %s left over after the upgrade back to plain HTTP", key, jsonString(t, got))
+			}
+		}
+	}
+	for _, p := range []string{".spec.template.spec.volumes", ".spec.template.spec.containers[0].volumeMounts", ".spec.template.spec.securityContext.fsGroup"} {
+		if got := lookupPath(stored["Deployment/etcd-hook"], p); got != nil {
+			t.Errorf("Deployment etcd-hook: %s %s left over after the upgrade back to plain HTTP", p, jsonString(t, got))
+		}
+	}
+	if ports, _ := lookupPath(stored["Service/etcd-hook"], ".spec.ports").([]any); len(ports) != 1 {
+		t.Errorf("Service etcd-hook: ports %s after the upgrade back to plain HTTP, want http alone", jsonString(t, ports))
+	}
+}
+
+// testChartUninstall: helm uninstall deletes the chart's objects but not
+// the CRDs (Helm never deletes crds/), so every EtcdCluster and its data
+// stay. The namespace stays Terminating: nothing runs the namespace
+// controller here.
+func testChartUninstall(t *testing.T, k *kube, h *helmClient) {
+	manifest := h.template(t)
+	h.run(t, "uninstall", chartRelease, "--namespace", chartReleaseNamespace)
+
+	r := k.kubectl(t, manifest, "get", "-f", "-", "-o", "json", "--ignore-not-found")
+	if r.code != 0 {
+		t.Fatal(r)
+	}
+	var left struct {
+		Items []map[string]any `json:"items"`
+	}
+	if strings.TrimSpace(r.stdout) != "" {
+		unmarshal(t, r.stdout, &left)
+	}
+	var kept []string
+	for _, obj := range left.Items {
+		key := objectKey(obj)
+		switch {
+		case obj["kind"] == "CustomResourceDefinition":
+			kept = append(kept, key)
+		case key == "Namespace/"+chartHookNamespace && lookupPath(obj, ".metadata.deletionTimestamp") != nil:
+			// Terminating: the namespace controller would finish it.
+		default:
+			t.Errorf("%s is still there after helm uninstall", key)
+		}
+	}
+	if len(kept) != 3 {
+		t.Errorf("CRDs kept after helm uninstall: %v, want the three etcd.database.coreos.com CRDs", kept)
+	}
+	resourceVersionOf(t, k, chartReleaseNamespace, "etcd/"+seedName) // still there
+}
+
+// testChartAdopt: an install made with kubectl apply -k manifests/ moves
+// to Helm as the chart's README says: annotate and label its objects as
+// the release's, then helm install. The CompositeControllers' specs do not
+// change (their generation stays), so Metacontroller would not even
+// restart them, and the EtcdCluster is not touched.
+func testChartAdopt(t *testing.T, k *kube, h *helmClient) {
+	noWarnings(t, k.mustKubectl(t, "", "apply", "--validate=strict", "-k", "manifests/"))
+	noWarnings(t, k.mustKubectl(t, "", "apply", "--validate=strict", "-n", chartReleaseNamespace,
+		"-f", filepath.Join(examplesDir, seedExample)))
+	generations := map[string]any{}
+	for _, name := range []string{"etcd-hook", "etcd-backup", "etcd-restore"} {
+		var obj map[string]any
+		unmarshal(t, k.mustKubectl(t, "", "get", "compositecontroller.metacontroller.k8s.io/"+name, "-o", "json").stdout, &obj)
+		generations[name] = lookupPath(obj, ".metadata.generation")
+	}
+	cluster := resourceVersionOf(t, k, chartReleaseNamespace, "etcd/"+seedName)
+
+	// The README's two commands.
+	rendering := k.mustKubectl(t, "", "kustomize", "manifests/").stdout
+	k.mustKubectl(t, rendering, "annotate", "--overwrite", "-f", "-",
+		"meta.helm.sh/release-name="+chartRelease, "meta.helm.sh/release-namespace="+chartReleaseNamespace)
+	k.mustKubectl(t, rendering, "label", "--overwrite", "-f", "-", "app.kubernetes.io/managed-by=Helm")
+
+	h.install(t)
+	checkStoredAsRendered(t, k, h)
+	for name, before := range generations {
+		var obj map[string]any
+		unmarshal(t, k.mustKubectl(t, "", "get", "compositecontroller.metacontroller.k8s.io/"+name, "-o", "json").stdout, &obj)
+		if after := lookupPath(obj, ".metadata.generation"); after != before {
+			t.Errorf("CompositeController %s: generation %v after helm install, %v before: its spec changed", name, after, before)
+		}
+	}
+	if after := resourceVersionOf(t, k, chartReleaseNamespace, "etcd/"+seedName); after != cluster {
+		t.Errorf("helm install changed EtcdCluster %s (resourceVersion %s, then %s)", seedName, cluster, after)
+	}
+	status := h.run(t, "status", chartRelease, "--namespace", chartReleaseNamespace, "-o", "json").stdout
+	var release struct {
+		Info struct {
+			Status string `json:"status"`
+		} `json:"info"`
+	}
+	unmarshal(t, status, &release)
+	if release.Info.Status != "deployed" {
+		t.Errorf("helm status: %q, want deployed", release.Info.Status)
+	}
+}
+
+// resourceVersionOf returns an object's resourceVersion, failing when it
+// is not there.
+func resourceVersionOf(t *testing.T, k *kube, ns, what string) string {
+	t.Helper()
+	return k.mustKubectl(t, "", "get", what, "-n", ns, "-o", "jsonpath={.metadata.resourceVersion}").stdout
+}
