@@ -158,9 +158,9 @@ func (h *helmClient) template(t *testing.T, values ...string) string {
 
 // install and upgrade leave the release's objects as they are rendered
 // (no --wait: nothing runs Pods here).
-func (h *helmClient) install(t *testing.T, values ...string) {
+func (h *helmClient) install(t *testing.T, values ...string) (stdout string) {
 	t.Helper()
-	h.run(t, append([]string{"install", chartRelease, chartDir, "--namespace", chartReleaseNamespace}, values...)...)
+	return h.run(t, append([]string{"install", chartRelease, chartDir, "--namespace", chartReleaseNamespace}, values...)...).stdout
 }
 
 func (h *helmClient) upgrade(t *testing.T, values ...string) {
@@ -226,7 +226,11 @@ func checkStoredAsRendered(t *testing.T, k *kube, h *helmClient, values ...strin
 // object as rendered, the CRDs established, and an example EtcdCluster
 // accepted by them.
 func testChartInstall(t *testing.T, k *kube, h *helmClient) {
-	h.install(t)
+	out := h.install(t)
+	// NOTES.txt renders, and names the webhook URL.
+	if want := "it calls the hook at http://etcd-hook.etcd-hook."; !strings.Contains(out, want) {
+		t.Errorf("helm install does not print %q:\n%s", want, out)
+	}
 	stored := checkStoredAsRendered(t, k, h)
 	var kinds []string
 	for key := range stored {
