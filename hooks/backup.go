@@ -29,6 +29,9 @@ type BackupConfig struct {
 	AgentImage string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Observe, if set, is told of every sync answered with 200 (the
+	// per-object metrics; see server/clustermetrics.go).
+	Observe func(*backup.Observed, backup.Decision)
 }
 
 // BackupSyncHandler serves the EtcdBackup sync hook, and
@@ -77,6 +80,9 @@ func (h backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		WriteError(w, http.StatusInternalServerError, err.Error())
 		return
+	}
+	if h.cfg.Observe != nil {
+		h.cfg.Observe(o, d)
 	}
 	writeJSON(w, out)
 }

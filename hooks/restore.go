@@ -18,6 +18,21 @@ import (
 // no children: its cluster carries it out, and this hook only reports.
 // It serves the finalize hook too: there is nothing to undo.
 func RestoreSyncHandler(now func() time.Time) http.Handler {
+	return RestoreHandler(RestoreConfig{Now: now})
+}
+
+// RestoreConfig is what the EtcdRestore hooks need beyond the request.
+type RestoreConfig struct {
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// Observe, if set, is told of every sync or finalize answered with
+	// 200 (the per-object metrics; see server/clustermetrics.go).
+	Observe func(o *restore.Observed, d restore.Decision, finalizing bool)
+}
+
+// RestoreHandler is RestoreSyncHandler with a RestoreConfig.
+func RestoreHandler(cfg RestoreConfig) http.Handler {
+	now := cfg.Now
 	if now == nil {
 		now = time.Now
 	}
@@ -37,6 +52,9 @@ func RestoreSyncHandler(now func() time.Time) http.Handler {
 		if err != nil {
 			WriteError(w, http.StatusInternalServerError, err.Error())
 			return
+		}
+		if cfg.Observe != nil {
+			cfg.Observe(o, d, finalizing)
 		}
 		writeJSON(w, out)
 	})

@@ -14,6 +14,8 @@ type metrics struct {
 	latency *prometheus.HistogramVec
 	errors  *prometheus.CounterVec
 	actions *prometheus.CounterVec
+	// objects are the per-object series (clustermetrics.go).
+	objects *objectMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,7 +36,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Membership changes attempted, by action and result.",
 		}, []string{"action", "result"}),
 	}
-	reg.MustRegister(m.latency, m.errors, m.actions,
+	m.objects = newObjectMetrics(time.Now)
+	reg.MustRegister(m.latency, m.errors, m.actions, m.objects,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

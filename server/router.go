@@ -29,6 +29,10 @@ func newRouter(syncer hooks.Syncer, backups hooks.BackupConfig, m *metrics, regi
 		hooks.WriteError(w, http.StatusMethodNotAllowed, "method not allowed on this route")
 	})
 
+	// Every answered sync also feeds the per-object series.
+	syncer = m.objects.syncer(syncer)
+	backups.Observe = m.objects.recordBackup
+	restores := hooks.RestoreConfig{Observe: m.objects.recordRestore}
 	r.Method(http.MethodPost, "/sync", hooks.SyncHandler(syncer))
 	r.Method(http.MethodPost, "/finalize", hooks.FinalizeHandler(syncer))
 	r.Method(http.MethodPost, "/customize", hooks.CustomizeHandler())
@@ -38,8 +42,8 @@ func newRouter(syncer hooks.Syncer, backups hooks.BackupConfig, m *metrics, regi
 		r.Method(http.MethodPost, "/customize", hooks.BackupCustomizeHandler())
 	})
 	r.Route("/restore", func(r chi.Router) {
-		r.Method(http.MethodPost, "/sync", hooks.RestoreSyncHandler(nil))
-		r.Method(http.MethodPost, "/finalize", hooks.RestoreSyncHandler(nil))
+		r.Method(http.MethodPost, "/sync", hooks.RestoreHandler(restores))
+		r.Method(http.MethodPost, "/finalize", hooks.RestoreHandler(restores))
 		r.Method(http.MethodPost, "/customize", hooks.RestoreCustomizeHandler())
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
