@@ -558,6 +558,13 @@ func (s *scenario) quorumLost() {
 	if deg, reason := st.Condition("Degraded"); deg != "True" || reason != "QuorumLost" {
 		t.Errorf("%s: Degraded = %s/%s, want True/QuorumLost", fault, deg, reason)
 	}
+	// A loss is Stalled (Flux fails its health check at once) only once
+	// confirmed: the first status that reports it waits, as for an
+	// election.
+	if stalled, _ := st.Condition("Stalled"); stalled == "True" && reported < quorumLossConfirm {
+		t.Errorf("%s: Stalled as soon as the loss was reported, %s after the freeze: %s", fault, reported.Round(100*time.Millisecond), describeStatus(st))
+	}
+	s.checkHealth("quorum-lost", quorumLossStalledWithin, healthDegraded, conditionIs("Stalled", "True", "QuorumLost"))
 	// Without a quorum nothing can be served, and nothing may change.
 	syncsLost := s.syncs()
 	w := s.watchFault(quorumLostFor, live, victims, before.Pods, "/fault/quorum-lost/probe/")
@@ -1004,6 +1011,7 @@ func (s *scenario) invalidSpec() {
 		if prog, reason := st.Condition("Progressing"); prog != "False" || reason != "InvalidSpec" {
 			t.Errorf("%s: Progressing = %s/%s, want False/InvalidSpec", fault, prog, reason)
 		}
+		s.checkHealth("invalid-spec", 30*time.Second, healthDegraded, conditionIs("Stalled", "True", "InvalidSpec"))
 		msg := st.ConditionMessage("Degraded")
 		if i := strings.Index(msg, bad.field); i >= 0 {
 			msg = msg[i:]

@@ -222,6 +222,7 @@ func TestCreateFive(t *testing.T) {
 // Scenario 2: scale 3 → 5 → 3 → 1 → 3, one step converged before the next.
 func TestScale(t *testing.T) {
 	s := seeded(t)
+	s.checkHealth("converged", 30*time.Second, healthHealthy, conditionIs("Ready", "True", ""))
 	from := 3
 	for _, to := range []int{5, 3, 1, 3} {
 		step := fmt.Sprintf("scale %d→%d", from, to)
@@ -229,7 +230,16 @@ func TestScale(t *testing.T) {
 		s.waitWrites(writesAround)
 		start, syncs := time.Now(), s.syncs()
 		s.patchSize(to)
+		if to == 5 {
+			s.checkHealth("scaling", convergeTimeout, healthProgressing, conditionIs("Reconciling", "True", ""))
+		}
 		Report(t, s.converge(step, start, syncs, to))
+		if to == 5 {
+			s.checkSeries(step, map[string]float64{
+				"etcd_cluster_desired_members": 5, "etcd_cluster_ready_members": 5, "etcd_cluster_voting_members": 5,
+				"etcd_cluster_learners": 0, "etcd_cluster_quorum": 1, "etcd_cluster_has_leader": 1, "etcd_cluster_ready": 1,
+			})
+		}
 		if t.Failed() {
 			return
 		}
@@ -489,9 +499,15 @@ func TestDeleteCluster(t *testing.T) {
 		}
 		pids = append(pids, pid)
 	}
+	s.checkSeries(step+" (before)", map[string]float64{"etcd_cluster_ready_members": 3})
 	start, syncs := time.Now(), s.syncs()
 	if err := s.env.DeleteParentAndWait(ns, exampleName, convergeTimeout); err != nil {
 		t.Fatal(err)
+	}
+	// The finalize answer that said finalized took the cluster's series
+	// with it, before the parent went.
+	if left, err := clusterSeries(s.env.Hook.URL(), ns, exampleName); err != nil || len(left) > 0 {
+		t.Errorf("%s: the hook still serves %d series of the deleted cluster (%v): %v", step, len(left), err, left)
 	}
 	var etcds []string
 	if err := s.env.WaitFor(30*time.Second, "no etcd process", func() (bool, string) {

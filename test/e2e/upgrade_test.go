@@ -58,6 +58,7 @@ func TestUpgradeRolling(t *testing.T) {
 	watch := WatchRollout(s.env.Ctx(), s.c)
 	start, syncs := time.Now(), s.syncs()
 	s.patchVersion(newVersion)
+	s.checkHealth("upgrading", convergeTimeout, healthProgressing, conditionIs("Upgrading", "True", "RollingUpgrade"))
 	Report(t, s.upgrade(step, newVersion, start, syncs, 3))
 	changes, leaders, conditions := watch.Stop()
 	logRollout(t, changes, leaders, conditions)
@@ -154,6 +155,7 @@ func TestUpgradeUnavailableVersionHaltsAndReverts(t *testing.T) {
 		return c.Status == "True" && c.Reason == "UpgradeHalted" && strings.Contains(c.Message, "ImagePullBackOff")
 	})
 	t.Logf("halted: %s", halted)
+	s.checkHealth("upgrade-halted", 30*time.Second, healthDegraded, conditionIs("Stalled", "True", "UpgradeHalted"))
 	var broken []string
 	for name, img := range s.c.PodImages() {
 		if img.Spec == etcdImage(unavailableVersion) {
@@ -272,6 +274,7 @@ func checkRefused(t *testing.T, s *scenario, running, target, rule, step string)
 	if up.Status != "False" || !strings.Contains(up.Message, rule) {
 		t.Errorf("Upgrading = %s, want False/VersionSkewRefused naming %q", up, rule)
 	}
+	s.checkHealth("version-skew-refused", 30*time.Second, healthDegraded, conditionIs("Stalled", "True", "VersionSkewRefused"))
 	time.Sleep(refusalHold)
 	st, _ := s.c.VersionStatus()
 	if dg := st.Conditions["Degraded"]; dg.Status != "True" || dg.Reason != "VersionSkewRefused" || !strings.Contains(dg.Message, rule) {
