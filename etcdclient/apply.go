@@ -14,10 +14,13 @@ import (
 )
 
 // Apply makes the change through the leader's endpoint, which the planner
-// names from the observed membership. Each call is idempotent against what
+// names from the observed membership (housekeeping: see maintain). Each call is idempotent against what
 // etcd already holds: removing a member that is gone, or adding a peer URL
 // that is already there, reads back the list instead of failing.
 func (c *cluster) Apply(ctx context.Context, a sync.Action) ([]sync.Member, error) {
+	if a.Type.Maintenance() {
+		return c.maintain(ctx, a)
+	}
 	ctx, cancel := bounded(ctx, CallTimeout)
 	defer cancel()
 	var members []sync.Member

@@ -241,6 +241,7 @@ func membershipFrom(list *clientv3.MemberListResponse, statuses []endpointStatus
 			member.RaftIndex = st.RaftIndex
 			member.Errors = st.Errors
 			member.DBSize, member.DBSizeInUse = st.DbSize, st.DbSizeInUse
+			member.RaftAppliedIndex, member.Revision = st.RaftAppliedIndex, st.Header.Revision
 			// A member that calls itself the leader is the authority.
 			if st.Leader == m.ID {
 				leaderVotes[m.ID] += len(statuses) + 1

@@ -1,6 +1,9 @@
 package etcdclient
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // ConnTLSIDs lists the client certificates the pool's cached connections
 // were dialed with, sorted.
@@ -13,4 +16,12 @@ func ConnTLSIDs(p *Pool) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// SetDefragmentWait shortens how long a defragmentation is waited for,
+// until the test ends.
+func SetDefragmentWait(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := defragmentWait
+	defragmentWait = d
+	t.Cleanup(func() { defragmentWait = old })
 }

@@ -10,7 +10,19 @@ const (
 	ActionPromoteMember ActionType = "promote"
 	ActionRemoveMember  ActionType = "remove"
 	ActionMoveLeader    ActionType = "move-leader"
+
+	// Housekeeping (see housekeeping.go): they leave the membership as it
+	// is.
+	ActionCompact     ActionType = "compact"
+	ActionDefragment  ActionType = "defragment"
+	ActionDisarmAlarm ActionType = "disarm-nospace"
 )
+
+// Maintenance reports whether the action looks after etcd's database
+// rather than changing the membership.
+func (t ActionType) Maintenance() bool {
+	return t == ActionCompact || t == ActionDefragment || t == ActionDisarmAlarm
+}
 
 // Action is the one membership change a sync may make.
 type Action struct {
@@ -28,6 +40,11 @@ type Action struct {
 	// accepts it only from the current leader.
 	LeaderID       uint64
 	LeaderEndpoint string
+	// Revision is what compact compacts the history to.
+	Revision int64
+	// Endpoint is the member defragment is sent to: a defragmentation
+	// works on the database of the member that receives it.
+	Endpoint string
 	// Reason is why the planner chose this action, for logs and status.
 	Reason string
 	// Step is the Progressing condition's reason while the action is made.
@@ -44,6 +61,12 @@ func (a Action) String() string {
 		return fmt.Sprintf("add %s %s (%s)", kind, a.Name, a.PeerURL)
 	case ActionMoveLeader:
 		return fmt.Sprintf("move leadership to %s (%x)", a.Name, a.MemberID)
+	case ActionCompact:
+		return fmt.Sprintf("compact the history to revision %d", a.Revision)
+	case ActionDefragment:
+		return fmt.Sprintf("defragment member %s (%x)", a.Name, a.MemberID)
+	case ActionDisarmAlarm:
+		return "disarm the NOSPACE alarm"
 	default:
 		return fmt.Sprintf("%s member %s (%x)", a.Type, a.Name, a.MemberID)
 	}

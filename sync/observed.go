@@ -81,6 +81,13 @@ type Member struct {
 	// RaftIndex is the member's raft log index, used to tell whether a
 	// learner has caught up with the leader.
 	RaftIndex uint64
+	// RaftAppliedIndex is how far the member has applied its log (etcd
+	// 3.4 and later; 0 before). A member that was defragmented applies
+	// what it received meanwhile before it has caught up.
+	RaftAppliedIndex uint64
+	// Revision is the store's revision as the member has applied it: what
+	// a compaction compacts to.
+	Revision int64
 	// Errors are alarms or errors the member reported about itself.
 	Errors []string
 	// DBSize is the size of the member's database file and DBSizeInUse
@@ -115,6 +122,7 @@ func (ms *Membership) WithMembers(members []Member) *Membership {
 		if old, ok := seen[m.ID]; ok {
 			m.Reachable, m.Version, m.RaftIndex, m.Errors = old.Reachable, old.Version, old.RaftIndex, old.Errors
 			m.DBSize, m.DBSizeInUse = old.DBSize, old.DBSizeInUse
+			m.RaftAppliedIndex, m.Revision = old.RaftAppliedIndex, old.Revision
 			if m.Name == "" {
 				m.Name = old.Name
 			}

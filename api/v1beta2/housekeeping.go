@@ -137,4 +137,13 @@ type HousekeepingStatus struct {
 	// unused space given back, no other member is defragmented.
 	// +optional
 	Defragmenting string `json:"defragmenting,omitempty"`
+
+	// Defragmented are the members the NOSPACE recovery defragmented since
+	// it compacted to CompactedRevision. Their files are then what their
+	// data takes; a member still over 80% of the quota holds more than
+	// fits. (Until a member writes again after a compaction, etcd counts
+	// the pages it freed as in use: only a defragmentation shows what the
+	// data takes while NOSPACE refuses writes.)
+	// +optional
+	Defragmented []string `json:"defragmented,omitempty"`
 }

@@ -1,0 +1,478 @@
+package sync
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+)
+
+// Housekeeping looks after etcd's database.
+//
+// etcd's alarms are reported on every sync that reads the members, with or
+// without a policy: each member's Status lists every alarm of the cluster.
+// NOSPACE (a database reached its quota; etcd refuses writes) and CORRUPT
+// (members' data differ) turn Degraded with reasons NoSpace and Corrupt,
+// naming the members and the quota. A CORRUPT alarm is left to a person
+// (the README's runbook), and while it stands the hook does no
+// housekeeping at all.
+//
+// spec.housekeeping (opt-in) adds two tasks, as the last rung of the
+// ladder in nextStep: after any scaling, upgrade or rollout, and only
+// when every member is a ready voter that answers and has caught up with
+// the leader.
+//   - NOSPACE recovery: compact the history to the current revision (etcd
+//     keeps serving meanwhile), defragment each member whose file is over
+//     80% of the quota, one at a time, followers first and the leader
+//     last, and disarm the alarm once every member's file is under that.
+//     Each member is defragmented once per compaction: etcd counts the
+//     pages a compaction freed as in use until its next write, which
+//     NOSPACE refuses, so only the rewritten file tells what the data
+//     takes. A file still over the level then holds more than fits, and
+//     the status asks for keys to be deleted (which compacts again) or
+//     for a larger quota.
+//   - Defragmentation: a member whose unused space (dbSize - dbSizeInUse)
+//     passes both thresholds of the policy is defragmented, one member at
+//     a time, followers first and the leader last.
+//
+// A defragmentation can outlast Metacontroller's hook timeout: etcd
+// rewrites the member's whole database and serves nothing from it
+// meanwhile. The hook sends the request with a short deadline; etcd goes
+// on when the caller gives up (the handler never looks at its context,
+// in 3.4, 3.5 and 3.6 alike), so a deadline means "started". Its end is
+// seen on later syncs: while it runs the member does not answer Status
+// (measured on 3.4.23, 3.5.35 and 3.6.16), so no other member can be
+// chosen; once it answers, its unused space is gone. Beside that, what
+// the hook started is written to status.housekeeping, which the next sync
+// reads back: until the member it names is seen answering with its space
+// given back, no other member is defragmented, even on a release that
+// would answer Status while it defragments.
+
+// Reasons of housekeeping. NoSpace and Corrupt are Degraded's; the others
+// Progressing's.
+const (
+	ReasonNoSpace           = "NoSpace"
+	ReasonCorrupt           = "Corrupt"
+	ReasonRecoveringNoSpace = "RecoveringNoSpace"
+	ReasonDefragmenting     = "Defragmenting"
+)
+
+// Alarm types, as etcd names them.
+const (
+	AlarmNoSpace = "NOSPACE"
+	AlarmCorrupt = "CORRUPT"
+)
+
+// Alarm is one alarm etcd holds: its type, and the member that raised it.
+type Alarm struct {
+	MemberID uint64
+	Type     string
+}
+
+// ParseAlarm reads an alarm as etcd lists it among a member's Status
+// errors: the protobuf text of an AlarmMember, such as
+// "memberID:9829954754940738069 alarm:NOSPACE " (3.4 to 3.6).
+func ParseAlarm(s string) (Alarm, bool) {
+	var a Alarm
+	haveID := false
+	for _, field := range strings.Fields(s) {
+		key, value, _ := strings.Cut(field, ":")
+		switch key {
+		case "memberID":
+			id, err := strconv.ParseUint(value, 10, 64)
+			if err != nil {
+				return Alarm{}, false
+			}
+			a.MemberID, haveID = id, true
+		case "alarm":
+			a.Type = value
+		}
+	}
+	if !haveID || a.Type == "" || a.Type == "NONE" {
+		return Alarm{}, false
+	}
+	return a, true
+}
+
+// Alarms are the alarms the members that answered report, each once,
+// sorted by type and member.
+func (ms *Membership) Alarms() []Alarm {
+	if ms == nil {
+		return nil
+	}
+	var out []Alarm
+	for _, m := range ms.Members {
+		for _, e := range m.Errors {
+			if a, ok := ParseAlarm(e); ok && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Alarm) int {
+		if c := strings.Compare(a.Type, b.Type); c != 0 {
+			return c
+		}
+		return compareUint(a.MemberID, b.MemberID)
+	})
+	return out
+}
+
+func compareUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func hasAlarm(alarms []Alarm, typ string) bool {
+	return slices.ContainsFunc(alarms, func(a Alarm) bool { return a.Type == typ })
+}
+
+// alarmProblems are the Degraded problems of etcd's alarms. Their
+// messages name members and the quota, never sizes, so that a cluster
+// that stays in alarm keeps a status that does not change.
+func (p *planner) alarmProblems() []problem {
+	alarms := p.o.Membership.Alarms()
+	if len(alarms) == 0 {
+		return nil
+	}
+	raisedBy := map[string][]string{}
+	var types []string
+	for _, a := range alarms {
+		if _, ok := raisedBy[a.Type]; !ok {
+			types = append(types, a.Type)
+		}
+		raisedBy[a.Type] = append(raisedBy[a.Type], p.alarmMemberName(a.MemberID))
+	}
+	var out []problem
+	for _, t := range types {
+		members := strings.Join(raisedBy[t], ", ")
+		switch t {
+		case AlarmCorrupt:
+			out = append(out, problem{ReasonCorrupt, fmt.Sprintf(
+				"etcd raised its CORRUPT alarm (member %s): the members' data differ, and etcd refuses writes; the hook leaves this to a person and does no housekeeping meanwhile: see the README's runbook \"CORRUPT alarm\"", members)})
+		case AlarmNoSpace:
+			msg := fmt.Sprintf("etcd raised its NOSPACE alarm (member %s): a member's database reached the quota of %s (spec.etcd.quotaBackendBytes), and etcd refuses writes until space is freed and the alarm disarmed", members, formatBytes(p.quotaBytes()))
+			if p.spec.Housekeeping.RecoversNoSpace() {
+				msg += "; spec.housekeeping recovers from it: it compacts the history, defragments the members one at a time and disarms the alarm"
+			} else {
+				msg += "; delete keys, then compact, defragment each member and disarm the alarm (the README's runbook \"NOSPACE alarm\"), or set spec.housekeeping for the hook to do it"
+			}
+			out = append(out, problem{ReasonNoSpace, msg})
+		default:
+			out = append(out, problem{"Alarm" + t, fmt.Sprintf("etcd raised an alarm %s (member %s)", t, members)})
+		}
+	}
+	return out
+}
+
+// alarmMemberName names the member an alarm is about, or gives its ID in
+// hex when it is no longer a member (an alarm outlives its member).
+func (p *planner) alarmMemberName(id uint64) string {
+	for _, m := range p.o.Membership.Members {
+		if m.ID == id {
+			if name := MemberName(m, p.o.Cluster.Name); name != "" {
+				return name
+			}
+		}
+	}
+	return fmt.Sprintf("%x", id)
+}
+
+// quotaBytes is the quota the members run with: spec.etcd's, unless
+// spec.pod.etcdEnv sets it (the flag is then left out; see
+// etcdSettingsFlags).
+func (p *planner) quotaBytes() int64 {
+	if p.spec.Pod != nil {
+		for _, env := range p.spec.Pod.EtcdEnv {
+			if env.Name == "ETCD_QUOTA_BACKEND_BYTES" {
+				if n, err := strconv.ParseInt(env.Value, 10, 64); err == nil && n > 0 {
+					return n
+				}
+			}
+		}
+	}
+	return p.spec.Etcd.WithDefaults().QuotaBackendBytes
+}
+
+// disarmLevel is how large every member's database file may be when the
+// NOSPACE alarm is disarmed.
+func (p *planner) disarmLevel() int64 {
+	return p.quotaBytes() / 100 * v1beta2.NoSpaceDisarmPercent
+}
+
+// minReclaim is how much unused space a member's file may hold and still
+// look freshly defragmented: a few pages are left unused by the rewrite,
+// never this much.
+const minReclaim = 1 << 20
+
+// defragNeeded reports whether a member that answered is due for a
+// defragmentation. In a NOSPACE recovery: its file is over the disarm
+// level and it was not defragmented since the compaction (its size in use
+// cannot tell: see HousekeepingStatus.Defragmented). Otherwise: its unused
+// space passes the policy's thresholds.
+func (p *planner) defragNeeded(m Member, recovering bool, rec v1beta2.HousekeepingStatus) bool {
+	if !m.Reachable {
+		return false
+	}
+	if recovering {
+		return m.DBSize >= p.disarmLevel() && !slices.Contains(rec.Defragmented, MemberName(m, p.o.Cluster.Name))
+	}
+	return p.fragmented(m)
+}
+
+// fragmented: the member's unused space passes the policy's thresholds.
+func (p *planner) fragmented(m Member) bool {
+	pol := p.spec.Housekeeping.WithDefaults()
+	if !pol.Defragments() {
+		return false
+	}
+	unused := m.DBSize - m.DBSizeInUse
+	return unused >= pol.DefragmentMinUnusedBytes && unused*100 >= m.DBSize*int64(pol.DefragmentUnusedPercent)
+}
+
+// looksDefragmented: the member answers, and its file no longer holds
+// what its defragmentation was to give back.
+func (p *planner) looksDefragmented(m Member, recovering bool) bool {
+	if !m.Reachable {
+		return false
+	}
+	if recovering {
+		return m.DBSize-m.DBSizeInUse < minReclaim || m.DBSize < p.disarmLevel()
+	}
+	return !p.fragmented(m)
+}
+
+// recoveringNoSpace: a NOSPACE alarm stands, no CORRUPT alarm does, and
+// the policy recovers.
+func (p *planner) recoveringNoSpace() bool {
+	alarms := p.o.Membership.Alarms()
+	return p.spec.Housekeeping.RecoversNoSpace() && hasAlarm(alarms, AlarmNoSpace) && !hasAlarm(alarms, AlarmCorrupt)
+}
+
+// housekeeping is the last rung of nextStep: the step of spec.housekeeping
+// due now, if any. It reports false when there is nothing to do.
+func (p *planner) housekeeping(views []memberView, leader memberView) (stepResult, bool) {
+	pol := p.spec.Housekeeping.WithDefaults()
+	if pol == nil || hasAlarm(p.o.Membership.Alarms(), AlarmCorrupt) {
+		return stepResult{}, false
+	}
+	recovering := p.recoveringNoSpace()
+	reason := ReasonDefragmenting
+	if recovering {
+		reason = ReasonRecoveringNoSpace
+	}
+	rec := p.observedRecord()
+	inFlight := memberViewNamed(views, rec.Defragmenting)
+
+	// Never while a member is out: every member must be a ready voter that
+	// answers and has applied what the leader has. A member being
+	// defragmented does not answer, so this also keeps a second one from
+	// starting.
+	if why := housekeepingGate(views, leader); why != "" {
+		switch {
+		case inFlight != nil && !inFlight.Reachable:
+			return waiting(reason, fmt.Sprintf("defragmenting member %s: waiting for it to finish and answer again", inFlight.name)), true
+		case recovering || inFlight != nil || slices.ContainsFunc(views, func(v memberView) bool { return p.fragmented(v.Member) }):
+			return waiting(reason, "housekeeping waits: "+why), true
+		}
+		return stepResult{}, false
+	}
+
+	if recovering {
+		return p.recoverNoSpace(views, leader, inFlight, rec), true
+	}
+	order := p.defragOrder(views, leader, inFlight, false, rec)
+	if len(order) == 0 {
+		return stepResult{}, false
+	}
+	v := order[0]
+	unused := (v.DBSize - v.DBSizeInUse) * 100 / max(v.DBSize, 1)
+	return acting(p.defragment(v, fmt.Sprintf("defragmenting member %s: %d%% of its database file is unused, over spec.housekeeping's thresholds", v.name, unused)), reason), true
+}
+
+// recoverNoSpace takes the next step out of a NOSPACE alarm, every member
+// ready and caught up: compact, defragment each member over the disarm
+// level once, disarm.
+func (p *planner) recoverNoSpace(views []memberView, leader memberView, inFlight *memberView, rec v1beta2.HousekeepingStatus) stepResult {
+	var revision int64
+	for _, v := range views {
+		revision = max(revision, v.Revision)
+	}
+	if rec.CompactedRevision < revision {
+		return acting(Action{
+			Type: ActionCompact, Name: leader.name, MemberID: leader.ID, Revision: revision,
+			Reason: fmt.Sprintf("recovering from NOSPACE: compacting the history to revision %d", revision),
+		}, ReasonRecoveringNoSpace)
+	}
+	if order := p.defragOrder(views, leader, inFlight, true, rec); len(order) > 0 {
+		v := order[0]
+		return acting(p.defragment(v, fmt.Sprintf("recovering from NOSPACE: defragmenting member %s, whose database file is over %d%% of the quota", v.name, v1beta2.NoSpaceDisarmPercent)), ReasonRecoveringNoSpace)
+	}
+	var tooFull []string
+	for _, v := range views {
+		if v.DBSize >= p.disarmLevel() {
+			tooFull = append(tooFull, v.name)
+		}
+	}
+	if len(tooFull) > 0 {
+		return blockedStep(ReasonNoSpace, fmt.Sprintf(
+			"recovering from NOSPACE: compacted to revision %d and defragmented, the database of member %s is still over %d%% of the quota of %s: delete keys, or raise spec.etcd.quotaBackendBytes",
+			rec.CompactedRevision, strings.Join(tooFull, ", "), v1beta2.NoSpaceDisarmPercent, formatBytes(p.quotaBytes())))
+	}
+	return acting(Action{
+		Type: ActionDisarmAlarm, Name: leader.name, MemberID: leader.ID,
+		Reason: fmt.Sprintf("recovering from NOSPACE: disarming the alarm, every member's database file under %d%% of the quota", v1beta2.NoSpaceDisarmPercent),
+	}, ReasonRecoveringNoSpace)
+}
+
+func (p *planner) defragment(v memberView, reason string) Action {
+	return Action{Type: ActionDefragment, Name: v.name, MemberID: v.ID, Endpoint: p.clientEndpoint(v), Reason: reason}
+}
+
+// defragOrder lists the members due for a defragmentation in the order
+// they are taken: the one status.housekeeping names first (it was started
+// and is seen not done: it is started again), then followers by name, the
+// leader last.
+func (p *planner) defragOrder(views []memberView, leader memberView, inFlight *memberView, recovering bool, rec v1beta2.HousekeepingStatus) []memberView {
+	var out []memberView
+	if inFlight != nil && p.defragNeeded(inFlight.Member, recovering, rec) {
+		out = append(out, *inFlight)
+	}
+	var leaderDue *memberView
+	for i, v := range views {
+		switch {
+		case inFlight != nil && v.ID == inFlight.ID, !p.defragNeeded(v.Member, recovering, rec):
+		case v.ID == leader.ID:
+			leaderDue = &views[i]
+		default:
+			out = append(out, v)
+		}
+	}
+	if leaderDue != nil {
+		out = append(out, *leaderDue)
+	}
+	return out
+}
+
+func memberViewNamed(views []memberView, name string) *memberView {
+	if name == "" {
+		return nil
+	}
+	for i, v := range views {
+		if v.name == name {
+			return &views[i]
+		}
+	}
+	return nil
+}
+
+// housekeepingGate says why no housekeeping step may be taken now, or "".
+func housekeepingGate(views []memberView, leader memberView) string {
+	for _, v := range views {
+		switch {
+		case v.IsLearner:
+			return "learner " + v.name + " is not yet a voting member"
+		case !v.ready:
+			return "member " + v.name + " is not ready"
+		case !v.Reachable:
+			return "member " + v.name + " does not answer"
+		case !appliedCaughtUp(v.Member, leader.Member):
+			return "member " + v.name + " has not caught up with the leader"
+		}
+	}
+	return ""
+}
+
+// appliedCaughtUp: the member has applied the leader's log, or near
+// enough. A member that was just defragmented received entries meanwhile
+// and applies them before it has caught up. Releases before 3.4 report no
+// applied index: their committed index stands in.
+func appliedCaughtUp(m, leader Member) bool {
+	applied := m.RaftAppliedIndex
+	if applied == 0 {
+		applied = m.RaftIndex
+	}
+	return m.Reachable && leader.Reachable && leader.RaftIndex > 0 && applied+maxRestartLag >= leader.RaftIndex
+}
+
+// observedRecord is the previous status.housekeeping brought up to date
+// with what this sync observes: a defragmentation is seen done once its
+// member answers with its space given back (or is no longer a member),
+// and the NOSPACE recovery's part is gone with the alarm.
+func (p *planner) observedRecord() v1beta2.HousekeepingStatus {
+	var rec v1beta2.HousekeepingStatus
+	if prev := p.o.Cluster.Status.Housekeeping; prev != nil {
+		rec = *prev
+		rec.Defragmented = slices.Clone(prev.Defragmented)
+	}
+	ms := p.o.Membership
+	if ms == nil || ms.Stale {
+		// Nothing seen to end anything: carry it over.
+		return rec
+	}
+	recovering := p.recoveringNoSpace()
+	if rec.Defragmenting != "" {
+		i := slices.IndexFunc(ms.Members, func(m Member) bool { return MemberName(m, p.o.Cluster.Name) == rec.Defragmenting })
+		switch {
+		case i < 0:
+			rec.Defragmenting = ""
+		case p.looksDefragmented(ms.Members[i], recovering):
+			if recovering && rec.CompactedRevision != 0 && !slices.Contains(rec.Defragmented, rec.Defragmenting) {
+				rec.Defragmented = append(rec.Defragmented, rec.Defragmenting)
+				slices.Sort(rec.Defragmented)
+			}
+			rec.Defragmenting = ""
+		}
+	}
+	rec.Defragmented = slices.DeleteFunc(rec.Defragmented, func(name string) bool {
+		return !slices.ContainsFunc(ms.Members, func(m Member) bool { return MemberName(m, p.o.Cluster.Name) == name })
+	})
+	if !hasAlarm(ms.Alarms(), AlarmNoSpace) {
+		rec.CompactedRevision, rec.Defragmented = 0, nil
+	}
+	return rec
+}
+
+// housekeepingRecord is status.housekeeping of this sync: the observed
+// record, with what the step this sync took started. Like the rest of the
+// status it is derived from the request alone, the previous status
+// included.
+func (p *planner) housekeepingRecord() *v1beta2.HousekeepingStatus {
+	rec := p.observedRecord()
+	if out := p.o.Acted; out != nil && out.Err == nil {
+		switch out.Action.Type {
+		case ActionCompact:
+			rec.CompactedRevision, rec.Defragmented = out.Action.Revision, nil
+		case ActionDefragment:
+			rec.Defragmenting = out.Action.Name
+		case ActionDisarmAlarm:
+			rec = v1beta2.HousekeepingStatus{}
+		}
+	}
+	if rec.CompactedRevision == 0 && rec.Defragmenting == "" && len(rec.Defragmented) == 0 {
+		return nil
+	}
+	if len(rec.Defragmented) == 0 {
+		rec.Defragmented = nil
+	}
+	return &rec
+}
+
+// formatBytes writes a size in the largest binary unit that divides it.
+func formatBytes(n int64) string {
+	for _, u := range []struct {
+		shift uint
+		name  string
+	}{{30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
+		if n > 0 && n%(1<<u.shift) == 0 {
+			return fmt.Sprintf("%d %s", n>>u.shift, u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
