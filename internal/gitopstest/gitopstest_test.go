@@ -1,6 +1,7 @@
 package gitopstest
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -123,6 +124,22 @@ func TestFluxExprsForEveryKind(t *testing.T) {
 			if !strings.Contains(expr, "'"+cond+"'") {
 				t.Errorf("%s: expression %q does not read %s", kind, expr, cond)
 			}
+		}
+	}
+}
+
+// TestREADMEShowsWhatShips: the README's GitOps health section quotes the
+// Argo CD check and the Flux Kustomization as they are in manifests/gitops.
+func TestREADMEShowsWhatShips(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flux := string(gitops.FluxKustomization)
+	flux = flux[strings.Index(flux, "apiVersion: kustomize"):]
+	for name, text := range map[string]string{"argocd-health.lua": gitops.ArgoCDHealthLua, "flux-kustomization.yaml": flux} {
+		if !strings.Contains(string(readme), "\n"+text+"```\n") {
+			t.Errorf("README.md does not quote manifests/gitops/%s as it is", name)
 		}
 	}
 }
