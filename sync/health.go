@@ -66,7 +66,8 @@ type healthConditions struct{ ready, reconciling, stalled condition }
 // withHealth replaces the kstatus conditions of a rendered status.
 func (p *planner) withHealth(st *v1beta2.ClusterStatus) {
 	h := p.health(st)
-	out := st.Conditions[:0:0]
+	// Filtered in place: status() leaves room for the three.
+	out := st.Conditions[:0]
 	for _, c := range st.Conditions {
 		switch c.Type {
 		case v1beta2.ConditionReady, v1beta2.ConditionReconciling, v1beta2.ConditionStalled:
@@ -240,10 +241,15 @@ func (p *planner) notReadyBy(v statusView) (reason, message string) {
 			}
 		}
 	}
-	for _, name := range sorted(keysOf(p.o.Pods)) {
-		if img := containerImage(p.o.Pods[name]); img != p.spec.Image() {
-			return ReasonRollingUpgrade, fmt.Sprintf("member %s runs %s, not %s", name, img, p.spec.Image())
+	var behind []string
+	for name, pod := range p.o.Pods {
+		if containerImage(pod) != p.spec.Image() {
+			behind = append(behind, name)
 		}
+	}
+	if len(behind) > 0 {
+		name := sorted(behind)[0]
+		return ReasonRollingUpgrade, fmt.Sprintf("member %s runs %s, not %s", name, containerImage(p.o.Pods[name]), p.spec.Image())
 	}
 	return "", ""
 }

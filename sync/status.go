@@ -150,6 +150,8 @@ func (p *planner) status(r report) v1beta2.ClusterStatus {
 	} else if rs != nil && rs.Phase == v1beta2.RestoreRestoring && r.progressing.status != metav1.ConditionTrue {
 		r.progressing = conditionTrue(ReasonRestoring, rs.Message)
 	}
+	// Room for the kstatus conditions that health.go appends.
+	st.Conditions = make([]v1beta2.ClusterCondition, 0, 7)
 	for _, cc := range []struct {
 		t v1beta2.ConditionType
 		c condition
