@@ -1,5 +1,5 @@
 // Package gitops_test judges, on every unit run, the EtcdCluster statuses
-// the e2e scenarios recorded from a running hook (see test/e2e/gitops.go):
+// the e2e scenarios recorded from a running hook (see test/e2e/gitops_test.go):
 // what kstatus, Flux's healthCheckExprs and Argo CD's Lua check in
 // manifests/gitops make of each, against what the scenario expected.
 // Record them again with
