@@ -32,7 +32,7 @@ CHART_MONITORING_API := --api-versions monitoring.coreos.com/v1
 # Reads the pinned release from tools/helm/go.mod.
 HELM_PINNED = $$(awk '$$1 == "require" && $$2 == "helm.sh/helm/v3" { print $$3 } $$1 == "helm.sh/helm/v3" { print $$2 }' $(abspath $(HELM_TOOLS_DIR))/go.mod)
 
-.PHONY: helm helm-check-version test-charts chart-crds
+.PHONY: helm helm-check-version test-charts chart-crds chart-monitoring
 
 helm: helm-check-version ## build Helm (tools/helm/go.mod) into bin/helm, when missing
 	@$(MAKE) $(HELM_BIN)
@@ -81,6 +81,12 @@ test-charts: helm $(KUBECTL_BIN) ## helm lint, helm template and the no-drift te
 chart-crds: ## copy manifests/crd/*.yaml into charts/etcd-hook/crds
 	rm -f $(CHART_DIR)/crds/*.yaml
 	cp manifests/crd/*.yaml $(CHART_DIR)/crds/
+
+# The same for the monitoring objects of manifests/monitoring, which the
+# chart renders from files/monitoring (the kustomization is not an object).
+chart-monitoring: ## copy manifests/monitoring/*.yaml into charts/etcd-hook/files/monitoring
+	rm -f $(CHART_DIR)/files/monitoring/*.yaml
+	cp $(filter-out %/kustomization.yaml,$(wildcard manifests/monitoring/*.yaml)) $(CHART_DIR)/files/monitoring/
 
 # test/apiserver installs the chart with bin/helm (TestChart): build it
 # first. A prerequisite added here, so that mk/kube.mk stays usable alone.

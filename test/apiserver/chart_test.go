@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 const (
@@ -29,11 +31,19 @@ const (
 // chartTLS is the values of the HTTPS variant (manifests/tls).
 var chartTLS = []string{"--set", "tls.enabled=true"}
 
+// monitoringKinds are the kinds of the chart's monitoring objects, rendered
+// only where the API server serves monitoring.coreos.com/v1.
+var monitoringKinds = []string{"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+
+// monitoringAPIFile makes the API server serve monitoring.coreos.com/v1.
+const monitoringAPIFile = "test/apiserver/testdata/monitoring-api.yaml"
+
 // TestChart installs charts/etcd-hook on a real API server with a real
 // Helm, with Metacontroller's CRDs installed first so that the
 // CompositeControllers are validated against their schema. In order: an
-// install, an upgrade to HTTPS and back, and an uninstall, which keeps the
-// CRDs and every EtcdCluster.
+// install, an upgrade to HTTPS and back, an upgrade once the Prometheus
+// Operator's API is served (which brings the monitoring objects), and an
+// uninstall, which keeps the CRDs and every EtcdCluster.
 func TestChart(t *testing.T) {
 	k, h := startChartKube(t)
 	steps := []struct {
@@ -43,6 +53,7 @@ func TestChart(t *testing.T) {
 		{"Install", testChartInstall},
 		{"UpgradeToHTTPS", testChartUpgradeToHTTPS},
 		{"UpgradeBackToHTTP", testChartUpgradeBackToHTTP},
+		{"MonitoringAPIAppears", testChartMonitoring},
 		{"Uninstall", testChartUninstall},
 	}
 	for _, s := range steps {
@@ -156,6 +167,13 @@ func (h *helmClient) template(t *testing.T, values ...string) string {
 	return h.run(t, append([]string{"template", chartRelease, chartDir, "--include-crds", "--namespace", chartReleaseNamespace}, values...)...).stdout
 }
 
+// manifest is what the release installed: rendered by Helm with what this
+// API server says it serves (.Capabilities), CRDs left out.
+func (h *helmClient) manifest(t *testing.T) string {
+	t.Helper()
+	return h.run(t, "get", "manifest", chartRelease, "--namespace", chartReleaseNamespace).stdout
+}
+
 // install and upgrade leave the release's objects as they are rendered
 // (no --wait: nothing runs Pods here).
 func (h *helmClient) install(t *testing.T, values ...string) (stdout string) {
@@ -245,6 +263,62 @@ func testChartInstall(t *testing.T, k *kube, h *helmClient) {
 	k.mustKubectl(t, "", "wait", "--for=condition=Established", "--timeout=30s", "crd/"+crdName)
 	noWarnings(t, k.mustKubectl(t, "", "apply", "--validate=strict", "-n", chartReleaseNamespace,
 		"-f", filepath.Join(examplesDir, seedExample)))
+	// This API server does not serve the Prometheus Operator's API: Helm
+	// found that out and rendered no monitoring object.
+	checkReleaseIsTemplate(t, k, h)
+}
+
+// checkReleaseIsTemplate: what the release installed, which Helm rendered
+// with the API server's discovery, is what helm template renders given
+// args (values, and --api-versions for the APIs the test knows are
+// served), object for object.
+func checkReleaseIsTemplate(t *testing.T, k *kube, h *helmClient, args ...string) {
+	t.Helper()
+	installed := map[string]bool{}
+	for _, obj := range rendered(t, k, h.manifest(t)) {
+		installed[objectKey(obj)] = true
+	}
+	templated := map[string]bool{}
+	manifest := h.run(t, append([]string{"template", chartRelease, chartDir, "--namespace", chartReleaseNamespace}, args...)...).stdout
+	for _, obj := range rendered(t, k, manifest) {
+		templated[objectKey(obj)] = true
+	}
+	if diff := cmp.Diff(templated, installed); diff != "" {
+		t.Errorf("the release's objects are not those helm template %s renders (-template +release):\n%s", strings.Join(args, " "), diff)
+	}
+}
+
+// testChartMonitoring: once the API server serves monitoring.coreos.com/v1,
+// a helm upgrade (the release's values, unchanged) finds it and installs
+// the PodMonitor, ServiceMonitor and PrometheusRule in the hook's
+// namespace, as helm template --api-versions monitoring.coreos.com/v1
+// renders them; nothing else changes.
+func testChartMonitoring(t *testing.T, k *kube, h *helmClient) {
+	k.mustKubectl(t, "", "apply", "--server-side", "--validate=strict", "-f", monitoringAPIFile)
+	k.mustKubectl(t, "", "wait", "--for=condition=Established", "--timeout=30s", "-f", monitoringAPIFile)
+	before := resourceVersionOf(t, k, chartReleaseNamespace, "etcd/"+seedName)
+
+	h.run(t, "upgrade", chartRelease, chartDir, "--namespace", chartReleaseNamespace, "--reuse-values")
+	withAPI := []string{"--set", "tls.enabled=false", "--api-versions", "monitoring.coreos.com/v1"}
+	checkReleaseIsTemplate(t, k, h, withAPI...)
+	stored := checkStoredAsRendered(t, k, h, withAPI...)
+	for _, kind := range monitoringKinds {
+		found := false
+		for key, obj := range stored {
+			if strings.HasPrefix(key, kind+"/") {
+				found = true
+				if ns := lookupPath(obj, ".metadata.namespace"); ns != chartHookNamespace {
+					t.Errorf("%s is in namespace %v, want the hook's, %s", key, ns, chartHookNamespace)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no %s installed once the API server serves monitoring.coreos.com/v1", kind)
+		}
+	}
+	if after := resourceVersionOf(t, k, chartReleaseNamespace, "etcd/"+seedName); after != before {
+		t.Errorf("the upgrade changed EtcdCluster %s (resourceVersion %s, then %s)", seedName, before, after)
+	}
 }
 
 // testChartUpgradeToHTTPS: helm upgrade with tls.enabled moves every
@@ -303,7 +377,8 @@ func testChartUpgradeBackToHTTP(t *testing.T, k *kube, h *helmClient) {
 // stay. The namespace stays Terminating: nothing runs the namespace
 // controller here.
 func testChartUninstall(t *testing.T, k *kube, h *helmClient) {
-	manifest := h.template(t)
+	// What the release holds (monitoring objects included), and its CRDs.
+	manifest := h.manifest(t) + "\n---\n" + h.template(t)
 	h.run(t, "uninstall", chartRelease, "--namespace", chartReleaseNamespace)
 
 	r := k.kubectl(t, manifest, "get", "-f", "-", "-o", "json", "--ignore-not-found")

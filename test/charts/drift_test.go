@@ -71,7 +71,13 @@ func TestCRDCopies(t *testing.T) {
 // source, byte for byte.
 func compareDirs(t *testing.T, source, copy, fix string) {
 	t.Helper()
-	want, got := yamlFiles(t, source), yamlFiles(t, copy)
+	compareFiles(t, yamlFiles(t, source), yamlFiles(t, copy), source, copy, fix)
+}
+
+// compareFiles fails unless the files of copy (by base name) are those of
+// source, byte for byte; fix says how to make them so.
+func compareFiles(t *testing.T, want, got map[string]string, source, copy, fix string) {
+	t.Helper()
 	if len(want) == 0 {
 		t.Fatalf("no *.yaml in %s", source)
 	}

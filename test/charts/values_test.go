@@ -58,11 +58,7 @@ func TestValues(t *testing.T) {
 			args:   []string{"--set", "namespace.name=ops"},
 			edit: func(t *testing.T, o objects) {
 				moveNamespace(t, o, "ops", "https://etcd-hook.ops.svc:443")
-				for _, c := range o.ofKind("CompositeController") {
-					cfg := at(t, c, "spec", "endpointConfigs").([]any)[0].(map[string]any)
-					cfg["host"] = "etcd-hook.ops.svc:443"
-					at(t, cfg, "caBundle", "secretRef").(map[string]any)["namespace"] = "ops"
-				}
+				moveTLSHost(t, o, "ops")
 			},
 		},
 		{
@@ -72,11 +68,7 @@ func TestValues(t *testing.T) {
 			args:   []string{"--set", "namespace.name=ops"},
 			edit: func(t *testing.T, o objects) {
 				moveNamespace(t, o, "ops", "https://etcd-hook.ops.svc:443")
-				for _, c := range o.ofKind("CompositeController") {
-					cfg := at(t, c, "spec", "endpointConfigs").([]any)[0].(map[string]any)
-					cfg["host"] = "etcd-hook.ops.svc:443"
-					at(t, cfg, "caBundle", "secretRef").(map[string]any)["namespace"] = "ops"
-				}
+				moveTLSHost(t, o, "ops")
 				cert := o.only(t, "Certificate", "etcd-hook-tls")
 				at(t, cert, "spec").(map[string]any)["dnsNames"] = []any{"etcd-hook.ops.svc", "etcd-hook.ops.svc.cluster.local"}
 			},
@@ -244,6 +236,34 @@ func TestValues(t *testing.T) {
 				spec["dnsNames"] = []any{"etcd-hook.etcd-hook.svc", "etcd-hook.etcd-hook.svc.example.internal"}
 			},
 		},
+		{
+			name:   "monitoring.labels",
+			reason: "on the PodMonitor, ServiceMonitor and PrometheusRule, for a Prometheus that selects them by label; not on the dashboard",
+			base:   monitoringAPI,
+			args:   []string{"--set", "monitoring.labels.release=kube-prometheus-stack"},
+			edit: func(t *testing.T, o objects) {
+				for _, kind := range []string{"PodMonitor", "ServiceMonitor", "PrometheusRule"} {
+					if len(o.ofKind(kind)) == 0 {
+						t.Fatalf("no %s rendered", kind)
+					}
+					for _, obj := range o.ofKind(kind) {
+						at(t, obj, "metadata", "labels").(map[string]any)["release"] = "kube-prometheus-stack"
+					}
+				}
+			},
+		},
+		{
+			name:   "namespace.name with monitoring",
+			reason: "the monitoring objects move too, and the ServiceMonitor looks for the hook's Service there",
+			base:   monitoringAPI,
+			args:   []string{"--set", "namespace.name=ops"},
+			edit: func(t *testing.T, o objects) {
+				moveNamespace(t, o, "ops", "http://etcd-hook.ops")
+				for _, sm := range o.ofKind("ServiceMonitor") {
+					at(t, sm, "spec", "namespaceSelector").(map[string]any)["matchNames"] = []any{"ops"}
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := deepCopy(helmTemplate(t, tc.base...))
@@ -342,6 +362,18 @@ func moveNamespace(t *testing.T, o objects, ns, hookURL string) {
 	}
 }
 
+// moveTLSHost edits the endpointConfigs entries of the CompositeControllers
+// as namespace.name=ns renders them with tls.enabled: the host, and the
+// namespace of the caBundle's Secret.
+func moveTLSHost(t *testing.T, o objects, ns string) {
+	t.Helper()
+	for _, c := range o.ofKind("CompositeController") {
+		cfg := at(t, c, "spec", "endpointConfigs").([]any)[0].(map[string]any)
+		cfg["host"] = "etcd-hook." + ns + ".svc:443"
+		at(t, cfg, "caBundle", "secretRef").(map[string]any)["namespace"] = ns
+	}
+}
+
 // setImage sets the hook's image, and --agent-image with it.
 func setImage(t *testing.T, o objects, image string) {
 	t.Helper()
@@ -391,7 +423,11 @@ func at(t *testing.T, v any, path ...string) any {
 	t.Helper()
 	got := lookup(v, path...)
 	if got == nil {
-		t.Fatalf("no %s in %s", strings.Join(path, "."), fmt.Sprint(v)[:min(200, len(fmt.Sprint(v)))])
+		s := fmt.Sprint(v)
+		if len(s) > 200 {
+			s = s[:200] + "…"
+		}
+		t.Fatalf("no %s in %s", strings.Join(path, "."), s)
 	}
 	return got
 }
