@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"strings"
 	gosync "sync"
 	"time"
 
@@ -183,10 +182,10 @@ func (s *clusterSample) addMembership(ms *sync.Membership) {
 		}
 		s.dbSize = max(s.dbSize, float64(mem.DBSize))
 		s.dbInUse = max(s.dbInUse, float64(mem.DBSizeInUse))
-		for _, e := range mem.Errors {
-			s.nospace = s.nospace || strings.Contains(e, "alarm:NOSPACE")
-			s.corrupt = s.corrupt || strings.Contains(e, "alarm:CORRUPT")
-		}
+	}
+	for _, a := range ms.Alarms() {
+		s.nospace = s.nospace || a.Type == sync.AlarmNoSpace
+		s.corrupt = s.corrupt || a.Type == sync.AlarmCorrupt
 	}
 	// A leader this replica saw before, and another one now. A sync that
 	// sees no leader changes nothing: the election it is in ends with a

@@ -78,7 +78,8 @@ func recordPlanned(m *objectMetrics, o *sync.Observed) sync.Decision {
 
 // TestClusterSeries: one sync of a running cluster gives every series of
 // the contract, from what etcd and the status said, the ages computed at
-// scrape time.
+// scrape time. A member holds etcd's NOSPACE alarm, which without
+// spec.housekeeping needs a person: Stalled.
 func TestClusterSeries(t *testing.T) {
 	m := newTestObjects()
 	nospace := (&pb.AlarmMember{MemberID: 3, Alarm: pb.AlarmType_NOSPACE}).String()
@@ -126,7 +127,7 @@ etcd_cluster_nospace_alarm{name="demo",namespace="prod"} 1
 etcd_cluster_quorum{name="demo",namespace="prod"} 1
 # HELP etcd_cluster_ready 1 when the Ready condition is True: the cluster matches its spec.
 # TYPE etcd_cluster_ready gauge
-etcd_cluster_ready{name="demo",namespace="prod"} 1
+etcd_cluster_ready{name="demo",namespace="prod"} 0
 # HELP etcd_cluster_ready_members Members whose Pod is ready, as the last sync saw them.
 # TYPE etcd_cluster_ready_members gauge
 etcd_cluster_ready_members{name="demo",namespace="prod"} 3
@@ -138,7 +139,7 @@ etcd_cluster_reconciling{name="demo",namespace="prod"} 0
 etcd_cluster_rollout_halted{name="demo",namespace="prod"} 0
 # HELP etcd_cluster_stalled 1 when the Stalled condition is True: the hook cannot go on without a person.
 # TYPE etcd_cluster_stalled gauge
-etcd_cluster_stalled{name="demo",namespace="prod"} 0
+etcd_cluster_stalled{name="demo",namespace="prod"} 1
 # HELP etcd_cluster_voting_members Voting members in etcd's member list; absent when the last sync could not read it.
 # TYPE etcd_cluster_voting_members gauge
 etcd_cluster_voting_members{name="demo",namespace="prod"} 3
@@ -164,15 +165,26 @@ func TestClusterSeriesFollowTheSync(t *testing.T) {
 	m := newTestObjects()
 	recordPlanned(m, runningCluster(2))
 
-	scaling := runningCluster(2, (&pb.AlarmMember{MemberID: 3, Alarm: pb.AlarmType_CORRUPT}).String())
+	scaling := runningCluster(2)
 	scaling.Cluster.Spec.Size = 5
 	recordPlanned(m, scaling)
 	for name, want := range map[string]float64{
-		"etcd_cluster_desired_members": 5, "etcd_cluster_ready": 0, "etcd_cluster_reconciling": 1,
+		"etcd_cluster_desired_members": 5, "etcd_cluster_ready": 0, "etcd_cluster_reconciling": 1, "etcd_cluster_stalled": 0,
+		"etcd_cluster_corrupt_alarm": 0,
+	} {
+		if got := seriesValue(t, m, name); got != want {
+			t.Errorf("scaling: %s = %v, want %v", name, got, want)
+		}
+	}
+
+	corrupt := runningCluster(2, (&pb.AlarmMember{MemberID: 3, Alarm: pb.AlarmType_CORRUPT}).String())
+	recordPlanned(m, corrupt)
+	for name, want := range map[string]float64{
+		"etcd_cluster_desired_members": 3, "etcd_cluster_ready": 0, "etcd_cluster_reconciling": 0, "etcd_cluster_stalled": 1,
 		"etcd_cluster_corrupt_alarm": 1, "etcd_cluster_nospace_alarm": 0,
 	} {
 		if got := seriesValue(t, m, name); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
+			t.Errorf("CORRUPT: %s = %v, want %v", name, got, want)
 		}
 	}
 

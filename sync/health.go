@@ -23,8 +23,9 @@ import (
 //     is the problem's: InvalidSpec, TLSChangeRefused, TLSSecretInvalid (a
 //     Secret that is there but unusable; a missing one is waited for),
 //     VersionSkewRefused, AllMembersLost, RestoreFailed, RestoreRefused,
-//     RolloutHalted, UpgradeHalted, and QuorumLost once confirmed (see
-//     quorumLossConfirmed).
+//     RolloutHalted, UpgradeHalted, Corrupt (etcd's CORRUPT alarm),
+//     NoSpace (the NOSPACE alarm, unless spec.housekeeping recovers from
+//     it), and QuorumLost once confirmed (see quorumLossConfirmed).
 //   - Reconciling=True while the hook moves the cluster toward its spec:
 //     bootstrapping, scaling, upgrading, rolling out a Pod spec change,
 //     restoring, waiting for a member it added.
@@ -135,6 +136,19 @@ func (p *planner) stalledBy(v statusView) (reason, message string) {
 		return ReasonRolloutHalted, prog.Message
 	case upg.Status == metav1.ConditionTrue && upg.Reason == ReasonUpgradeHalted:
 		return ReasonUpgradeHalted, upg.Message
+	case prog.Reason == ReasonNoSpace:
+		// spec.housekeeping compacted and defragmented, and the database
+		// is still too full: keys must go, or the quota grow.
+		return ReasonNoSpace, prog.Message
+	}
+	for _, a := range p.alarmProblems() {
+		// CORRUPT is always a person's; NOSPACE is unless spec.housekeeping
+		// recovers from it, which then shows as Reconciling.
+		if a.reason == ReasonCorrupt || (a.reason == ReasonNoSpace && !p.spec.Housekeeping.RecoversNoSpace()) {
+			return a.reason, a.message
+		}
+	}
+	switch {
 	case p.quorumLossConfirmed(v):
 		avail := v.get(v1beta2.ConditionAvailable)
 		return ReasonQuorumLost, avail.Message

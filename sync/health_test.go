@@ -213,6 +213,20 @@ func TestHealthConditions(t *testing.T) {
 		}),
 		want: health{suspendedNotServing, "False/Paused", "False/Paused", "False/Paused"},
 	}, {
+		name:   "CORRUPT alarm",
+		reason: "the members' data differ: etcd refuses writes and only a person can tell which copy is right",
+		in: with(upgradeCluster("3.6.16", "3.6.16", "3.6.16", "3.6.16"), func(o *Observed) {
+			o.Membership.Members[1].Errors = []string{"memberID:2 alarm:CORRUPT "}
+		}),
+		want: health{degraded, "False/Corrupt", "False/Corrupt", "True/Corrupt"},
+	}, {
+		name:   "NOSPACE alarm without housekeeping",
+		reason: "etcd refuses writes until keys go and the alarm is disarmed, and nothing in the spec lets the hook do it",
+		in: with(upgradeCluster("3.6.16", "3.6.16", "3.6.16", "3.6.16"), func(o *Observed) {
+			o.Membership.Members[1].Errors = []string{nospaceOf(2)}
+		}),
+		want: health{degraded, "False/NoSpace", "False/NoSpace", "True/NoSpace"},
+	}, {
 		name:   "a member down",
 		reason: "a quorum serves, the hook waits for the member: neither converged nor stalled",
 		in: with(upgradeCluster("3.6.16", "3.6.16", "3.6.16", "3.6.16"), func(o *Observed) {
