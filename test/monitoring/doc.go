@@ -1,0 +1,21 @@
+// Package monitoring proves the monitoring objects of manifests/monitoring
+// against the real things they name:
+//
+//   - the PrometheusRule's groups are kept, byte for byte, in the plain
+//     rule file testdata/rules.yaml that promtool checks and unit-tests
+//     (tests/*.yaml, "make test-monitoring"), and every alert has a firing
+//     and a quiet case there, and a runbook section in README.md;
+//   - every metric an alert or a dashboard query names is one the hook
+//     registers (read from the server package's source) or one a real etcd
+//     member serves on /metrics (etcd processes of each supported release,
+//     started by internal/etcdtest), parsed by Prometheus's own PromQL
+//     parser (bin/promql-metrics, built from tools/promtool);
+//   - the Grafana dashboard parses, is templated on namespace and cluster,
+//     and its ConfigMap carries exactly dashboard.json.
+//
+// Without bin/promql-metrics or the etcd binaries the tests that need them
+// skip, unless CI=true, where they fail.
+//
+// Nothing but tests lives here; this file exists so that the package has a
+// name outside its tests.
+package monitoring

@@ -1,0 +1,330 @@
+package monitoring
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/rules.yaml from the PrometheusRule and the dashboard's ConfigMap from dashboard.json")
+
+const (
+	monitoringDir = "manifests/monitoring"
+	serverDir     = "server"
+
+	// The jobs the PodMonitor and the ServiceMonitor give their targets.
+	membersJob = "etcd-hook-members"
+	hookJob    = "etcd-hook"
+)
+
+// moduleRoot is the repository root: tests run in their package's
+// directory, two levels below it.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("repository root %s: %v", root, err)
+	}
+	return root
+}
+
+// missing skips the test on a developer's machine, or fails it when
+// CI=true, where a missing binary means the CI script forgot to build it.
+func missing(t *testing.T, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// selector is one vector selector of an expression, as Prometheus parsed it.
+type selector struct {
+	Metric   string            `json:"metric"`
+	Matchers map[string]string `json:"matchers"`
+}
+
+// parsedExpr is what bin/promql-metrics says of one expression.
+type parsedExpr struct {
+	Expr      string     `json:"expr"`
+	Metrics   []string   `json:"metrics"`
+	Selectors []selector `json:"selectors"`
+	Error     string     `json:"error"`
+}
+
+// parsePromQL parses expressions with Prometheus's own parser
+// (bin/promql-metrics), building it with make when it is missing.
+func parsePromQL(t *testing.T, exprs []string) []parsedExpr {
+	t.Helper()
+	root := moduleRoot(t)
+	bin := filepath.Join(root, "bin", "promql-metrics")
+	if _, err := os.Stat(bin); err != nil {
+		if _, err := exec.LookPath("make"); err != nil {
+			missing(t, fmt.Sprintf("%s is missing and make is not installed to build it: %v", bin, err))
+		}
+		cmd := exec.Command("make", "bin/promql-metrics")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("make bin/promql-metrics: %v\n%s", err, out)
+		}
+	}
+	in, err := json.Marshal(exprs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", bin, err, stderr.String())
+	}
+	var parsed []parsedExpr
+	if err := json.Unmarshal(out, &parsed); err != nil {
+		t.Fatalf("%s: %v\n%s", bin, err, out)
+	}
+	if len(parsed) != len(exprs) {
+		t.Fatalf("%s answered %d results for %d expressions", bin, len(parsed), len(exprs))
+	}
+	return parsed
+}
+
+// exported is the set of metric names that the hook or an etcd member
+// serves, each with where it comes from.
+type exported map[string]string
+
+func (e exported) add(names []string, source string) {
+	for _, n := range names {
+		if _, ok := e[n]; !ok {
+			e[n] = source
+		}
+	}
+}
+
+var (
+	etcdNamesOnce gosync.Once
+	etcdNames     map[string][]string // by etcd release
+	etcdNamesErr  error
+)
+
+// exportedMetrics: the series names the hook registers, those every etcd
+// release the hook runs serves, and up, which Prometheus adds to every
+// target.
+func exportedMetrics(t *testing.T) exported {
+	t.Helper()
+	e := exported{"up": "Prometheus (every target)"}
+	e.add(hookMetricNames(t), "the hook ("+serverDir+"/)")
+	// Only the names every release serves: a cluster may run any of them.
+	byRelease := etcdMetricNames(t)
+	releases := slices.Sorted(maps.Keys(byRelease))
+	common := slices.Clone(byRelease[releases[0]])
+	for _, r := range releases[1:] {
+		common = slices.DeleteFunc(common, func(n string) bool { return !slices.Contains(byRelease[r], n) })
+	}
+	e.add(common, "etcd "+strings.Join(releases, ", "))
+	return e
+}
+
+// etcdMetricNames starts a 3-member cluster of every etcd release at hand
+// (3.5 and 3.6 always, 3.4 when its binary is there), kills one member so
+// that the others count failed sends to it (a counter that only appears
+// then), and reads the series names from the others' /metrics.
+func etcdMetricNames(t *testing.T) map[string][]string {
+	t.Helper()
+	etcdNamesOnce.Do(func() {
+		etcdNames = map[string][]string{}
+		versions := slices.Clone(etcdtest.BuiltVersions)
+		if _, err := etcdtest.LookBinary(etcdtest.Version34); err == nil {
+			versions = append(versions, etcdtest.Version34)
+		}
+		for _, v := range versions {
+			if _, err := etcdtest.LookBinary(v); err != nil {
+				etcdNamesErr = err
+				return
+			}
+			start := time.Now()
+			names, err := scrapeEtcd(t, v)
+			if err != nil {
+				etcdNamesErr = fmt.Errorf("etcd %s: %w", v, err)
+				return
+			}
+			t.Logf("etcd %s serves %d series names (read in %v)", v, len(names), time.Since(start).Round(time.Millisecond))
+			etcdNames[v] = names
+		}
+	})
+	if errors.Is(etcdNamesErr, etcdtest.ErrBinaryMissing) {
+		missing(t, fmt.Sprintf("%v; run make etcd-bins", etcdNamesErr))
+	}
+	if etcdNamesErr != nil {
+		t.Fatal(etcdNamesErr)
+	}
+	return etcdNames
+}
+
+// peerFailures is the counter that appears only once a peer is unreachable.
+const peerFailures = "etcd_network_peer_sent_failures_total"
+
+func scrapeEtcd(t *testing.T, version string) ([]string, error) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{Size: 3, Version: version})
+	c.Kill(2)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		names, err := seriesNames(c.Members[0].ClientURL + "/metrics")
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(names, peerFailures) {
+			return names, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no %s 30 s after a member stopped", peerFailures)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+var sampleName = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]`)
+
+// seriesNames reads the names of the samples a /metrics page serves (a
+// histogram's _bucket, _sum and _count each).
+func seriesNames(url string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
+	}
+	var names []string
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if m := sampleName.FindStringSubmatch(sc.Text()); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", url, err)
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// hookMetricNames reads the names the hook registers from the server
+// package's source (it is package main, so its registry cannot be
+// imported): the Name of every prometheus.*Opts literal, with the series a
+// histogram or a summary adds, and the name given to every *Desc
+// constructor (prometheus.NewDesc, or a helper such as clusterDesc).
+func hookMetricNames(t *testing.T) []string {
+	t.Helper()
+	dir := filepath.Join(moduleRoot(t), serverDir)
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var names []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.CompositeLit:
+				sel, ok := n.Type.(*ast.SelectorExpr)
+				if !ok || !strings.HasSuffix(sel.Sel.Name, "Opts") {
+					return true
+				}
+				for _, elt := range n.Elts {
+					kv, ok := elt.(*ast.KeyValueExpr)
+					if !ok || !isIdent(kv.Key, "Name") {
+						continue
+					}
+					name, ok := stringLit(kv.Value)
+					if !ok {
+						t.Errorf("%s: a metric Name that is not a string literal: this test cannot read it", fset.Position(kv.Pos()))
+						continue
+					}
+					names = append(names, name)
+					switch sel.Sel.Name {
+					case "HistogramOpts":
+						names = append(names, name+"_bucket", name+"_sum", name+"_count")
+					case "SummaryOpts":
+						names = append(names, name+"_sum", name+"_count")
+					}
+				}
+			case *ast.CallExpr:
+				if !strings.HasSuffix(calleeName(n.Fun), "Desc") || len(n.Args) == 0 {
+					return true
+				}
+				if name, ok := stringLit(n.Args[0]); ok {
+					names = append(names, name)
+				}
+			}
+			return true
+		})
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}
+
+func calleeName(e ast.Expr) string {
+	switch f := e.(type) {
+	case *ast.Ident:
+		return f.Name
+	case *ast.SelectorExpr:
+		return f.Sel.Name
+	}
+	return ""
+}
+
+func stringLit(e ast.Expr) (string, bool) {
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return "", false
+	}
+	s, err := strconv.Unquote(lit.Value)
+	return s, err == nil
+}
