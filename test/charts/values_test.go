@@ -253,6 +253,23 @@ func TestValues(t *testing.T) {
 			},
 		},
 		{
+			name:   "monitoring.dashboard.namespace",
+			reason: "the dashboard's ConfigMap goes to Grafana's namespace, the monitors and rules stay with the hook",
+			base:   monitoringAPI,
+			args:   []string{"--set", "monitoring.dashboard.namespace=grafana"},
+			edit: func(t *testing.T, o objects) {
+				dashboards := o.ofKind("ConfigMap")
+				if len(dashboards) != 1 {
+					t.Fatalf("%d ConfigMaps rendered, want the dashboard's", len(dashboards))
+				}
+				for k, obj := range dashboards {
+					delete(o, k)
+					at(t, obj, "metadata").(map[string]any)["namespace"] = "grafana"
+					o[objectKey(obj)] = obj
+				}
+			},
+		},
+		{
 			name:   "namespace.name with monitoring",
 			reason: "the monitoring objects move too, and the ServiceMonitor looks for the hook's Service there",
 			base:   monitoringAPI,
