@@ -11,7 +11,11 @@
 //     started by internal/etcdtest), parsed by Prometheus's own PromQL
 //     parser (bin/promql-metrics, built from tools/promtool);
 //   - the Grafana dashboard parses, is templated on namespace and cluster,
-//     and its ConfigMap carries exactly dashboard.json.
+//     and its ConfigMap carries exactly dashboard.json;
+//   - the PodMonitor selects the labels and port the hook gives member
+//     Pods, the ServiceMonitor the hook's Service and plain-HTTP port, and
+//     no install of the operator includes them or makes them
+//     Metacontroller children.
 //
 // Without bin/promql-metrics or the etcd binaries the tests that need them
 // skip, unless CI=true, where they fail.

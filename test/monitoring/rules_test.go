@@ -251,7 +251,7 @@ func TestAlertsDocumented(t *testing.T) {
 				t.Errorf("%s: runbook_url anchor %q, want the alert's own section %q", r.Alert, anchor, strings.ToLower(r.Alert))
 			}
 			if !anchors[anchor] {
-				t.Errorf("%s: README.md has no section #%s (a heading \"#### %s\")", r.Alert, anchor, r.Alert)
+				t.Errorf("%s: README.md has no section #%s (a heading \"### %s\" in the Alerts runbook)", r.Alert, anchor, r.Alert)
 			}
 		}
 	}
