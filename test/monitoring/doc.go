@@ -12,12 +12,16 @@
 //     parser (bin/promql-metrics, built from tools/promtool);
 //   - the Grafana dashboard parses, is templated on namespace and cluster,
 //     and its ConfigMap carries exactly dashboard.json;
+//   - the objects are valid under the schemas of the Prometheus Operator's
+//     CRDs, as its release ships them (its Go module, from the Go module
+//     proxy);
 //   - the PodMonitor selects the labels and port the hook gives member
 //     Pods, the ServiceMonitor the hook's Service and plain-HTTP port, and
 //     no install of the operator includes them or makes them
 //     Metacontroller children.
 //
-// Without bin/promql-metrics or the etcd binaries the tests that need them
+// Without bin/promql-metrics (built with make when missing), the etcd
+// binaries or the Prometheus Operator's module the tests that need them
 // skip, unless CI=true, where they fail.
 //
 // Nothing but tests lives here; this file exists so that the package has a
