@@ -388,43 +388,6 @@ func podReplacements(before map[string]MemberPod, samples []RolloutSample) (reps
 	return reps, uids
 }
 
-// followerStops counts, in the etcd log of a Pod name (which spans Pods
-// recreated under it), the times its etcd stopped as a follower: on
-// SIGTERM a follower logs that it skipped the leadership transfer.
-func (s *scenario) followerStops(name string) int {
-	s.t.Helper()
-	data, err := os.ReadFile(s.env.Kubelet.ContainerLog(ns, name, "etcd"))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return strings.Count(string(data), `"msg":"skipped leadership transfer; local server is not leader"`)
-}
-
-// clusterRuns counts the container instances the kubelet started for the
-// cluster's Pods since from.
-func (s *scenario) clusterRuns(from time.Time) []harness.ContainerRun {
-	var out []harness.ContainerRun
-	for _, r := range s.env.Kubelet.ContainerRuns() {
-		if r.Namespace == ns && strings.HasPrefix(r.Pod, exampleName+"-") && !r.Started.Before(from) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// editPod edits spec.pod, creating it if the spec has none.
-func (s *scenario) editPod(edit func(pod map[string]any)) {
-	s.t.Helper()
-	s.setSpec(func(spec map[string]any) {
-		pod, _ := spec["pod"].(map[string]any)
-		if pod == nil {
-			pod = map[string]any{}
-		}
-		edit(pod)
-		spec["pod"] = pod
-	})
-}
-
 // rolledOut checks the world against a finished rolling change: the
 // cluster converged at size members, Progressing False, and every Pod on
 // one spec hash other than oldHash, with the requests and the labels asked
@@ -455,26 +418,6 @@ func (c *Cluster) rolledOut(ctx context.Context, size int, oldHash string, reque
 		}
 	}
 	return true, ""
-}
-
-// oneHash is the spec hash every Pod carries; it fails the test when they
-// differ.
-func (s *scenario) oneHash() string {
-	s.t.Helper()
-	hashes := map[string]bool{}
-	for _, p := range s.c.MemberPods() {
-		hashes[p.SpecHash] = true
-	}
-	if len(hashes) != 1 {
-		s.t.Fatalf("member Pods carry spec hashes %v, want one", slices.Sorted(maps.Keys(hashes)))
-	}
-	for h := range hashes {
-		if h == "" {
-			s.t.Fatal("member Pods carry no spec hash")
-		}
-		return h
-	}
-	return ""
 }
 
 // RolloutFigure is one rolling change's line in the rolling-change table
@@ -544,30 +487,6 @@ func reportRollout(t testing.TB, f RolloutFigure) {
 	})
 }
 
-// etcdLogTimes reads the times etcd logged msg in a Pod name's etcd log
-// (which spans every instance under that name).
-func (s *scenario) etcdLogTimes(pod, msg string) []time.Time {
-	s.t.Helper()
-	data, err := os.ReadFile(s.env.Kubelet.ContainerLog(ns, pod, "etcd"))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	var out []time.Time
-	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.Contains(line, msg) {
-			continue
-		}
-		var l struct {
-			Msg string    `json:"msg"`
-			TS  time.Time `json:"ts"`
-		}
-		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == msg {
-			out = append(out, l.TS)
-		}
-	}
-	return out
-}
-
 // firstIn is the first time in [from, to], zero if none.
 func firstIn(times []time.Time, from, to time.Time) time.Time {
 	for _, t := range times {
@@ -576,84 +495,6 @@ func firstIn(times []time.Time, from, to time.Time) time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-// restartFloor measures what etcd alone needed for a rolling change made
-// in [from, to]: the start-to-serving time of every etcd started in the
-// window and serving by to, and, withStops, the SIGTERM-to-exit time of
-// every etcd that ran before from and exited in the window.
-func (s *scenario) restartFloor(from, to time.Time, withStops bool) (stops, starts time.Duration, n int, detail []string) {
-	s.t.Helper()
-	for _, r := range s.env.Kubelet.ContainerRuns() {
-		if r.Namespace != ns || !strings.HasPrefix(r.Pod, exampleName+"-") || r.Container != "etcd" {
-			continue
-		}
-		if withStops && r.Started.Before(from) && !r.Exited.IsZero() && !r.Exited.Before(from) && !r.Exited.After(to) {
-			if sig := firstIn(s.etcdLogTimes(r.Pod, "received signal; shutting down"), from, r.Exited); !sig.IsZero() {
-				stops += r.Exited.Sub(sig)
-				detail = append(detail, fmt.Sprintf("%s %s stopped in %s", r.Pod, shortUID(r.PodUID), r.Exited.Sub(sig).Round(time.Millisecond)))
-			}
-		}
-		if r.Started.Before(from) || r.Started.After(to) || r.Ready.IsZero() || r.Ready.After(to) {
-			continue
-		}
-		end := r.Exited
-		if end.IsZero() {
-			end = to
-		}
-		serving := r.Ready
-		if at := firstIn(s.etcdLogTimes(r.Pod, "ready to serve client requests"), r.Started, end); at.After(serving) {
-			serving = at
-		}
-		starts += serving.Sub(r.Started)
-		n++
-		detail = append(detail, fmt.Sprintf("%s %s started to Ready in %s, to serving in %s", r.Pod, shortUID(r.PodUID),
-			r.Ready.Sub(r.Started).Round(time.Millisecond), serving.Sub(r.Started).Round(time.Millisecond)))
-	}
-	return stops, starts, n, detail
-}
-
-// logTimeline logs, relative to start, what the kubelet did with the
-// cluster's containers between start and end (stops and starts, with
-// readiness) and when the samples first saw each Pod gone: where the time
-// of a rolling change above its floor goes.
-func (s *scenario) logTimeline(step string, start, end time.Time, samples []RolloutSample) {
-	s.t.Helper()
-	rel := func(t time.Time) string {
-		if t.IsZero() {
-			return "-"
-		}
-		return fmt.Sprintf("+%dms", t.Sub(start).Milliseconds())
-	}
-	var lines []string
-	for _, r := range s.env.Kubelet.ContainerRuns() {
-		if r.Namespace != ns || !strings.HasPrefix(r.Pod, exampleName+"-") {
-			continue
-		}
-		if (r.Started.Before(start) || r.Started.After(end)) && (r.Exited.IsZero() || r.Exited.Before(start) || r.Exited.After(end)) {
-			continue
-		}
-		lines = append(lines, fmt.Sprintf("%s %s/%s pod %s: started %s ready %s exited %s", rel(minTime(r.Started, r.Exited, start)),
-			r.Pod, r.Container, shortUID(r.PodUID), rel(r.Started), rel(r.Ready), rel(r.Exited)))
-	}
-	for i, smp := range samples {
-		if i == 0 {
-			continue
-		}
-		for name := range samples[i-1].Pods {
-			if _, ok := smp.Pods[name]; !ok {
-				lines = append(lines, fmt.Sprintf("%s %s: Pod gone (sample)", rel(smp.At), name))
-			}
-		}
-	}
-	for _, r := range s.env.MC.Records(ns, exampleName) {
-		if r.Start.Before(start) || r.Start.After(end) {
-			continue
-		}
-		lines = append(lines, fmt.Sprintf("%s hook call (%s, resync %.1fs): %s", rel(r.Start), r.Duration.Round(time.Millisecond), r.ResyncAfter, progressingOf(r.Response)))
-	}
-	slices.SortFunc(lines, func(a, b string) int { return cmpRel(a, b) })
-	s.t.Logf("%s: timeline:\n%s", step, strings.Join(lines, "\n"))
 }
 
 // minTime is the earliest of the times after floor, for sorting a run that
