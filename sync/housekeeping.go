@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 )
@@ -255,9 +256,24 @@ func (p *planner) recoveringNoSpace() bool {
 	return p.spec.Housekeeping.RecoversNoSpace() && hasAlarm(alarms, AlarmNoSpace) && !hasAlarm(alarms, AlarmCorrupt)
 }
 
+// resyncNearQuota is how soon a cluster with a member's database over
+// the disarm level is looked at again when nothing else is due. An alarm
+// changes no Kubernetes object: without this, NOSPACE would show at
+// Metacontroller's next periodic resync, up to a minute later.
+const resyncNearQuota = 10 * time.Second
+
 // housekeeping is the last rung of nextStep: the step of spec.housekeeping
-// due now, if any. It reports false when there is nothing to do.
+// due now, if any. It reports false when there is nothing to do and
+// nothing to watch.
 func (p *planner) housekeeping(views []memberView, leader memberView) (stepResult, bool) {
+	step, ok := p.housekeepingStep(views, leader)
+	if !ok && slices.ContainsFunc(views, func(v memberView) bool { return v.DBSize >= p.disarmLevel() }) {
+		return stepResult{resync: resyncNearQuota}, true
+	}
+	return step, ok
+}
+
+func (p *planner) housekeepingStep(views []memberView, leader memberView) (stepResult, bool) {
 	pol := p.spec.Housekeeping.WithDefaults()
 	if pol == nil || hasAlarm(p.o.Membership.Alarms(), AlarmCorrupt) {
 		return stepResult{}, false

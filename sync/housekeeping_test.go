@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -14,8 +15,8 @@ import (
 const mib = 1 << 20
 
 // testQuota is the quota of the housekeeping tests' clusters: its disarm
-// level is 80 MiB.
-const testQuota = 100 * mib
+// level is 800 MiB.
+const testQuota = 1000 * mib
 
 // sized is a member whose database file is dbMiB large, inUseMiB of it in
 // use, at store revision 500.
@@ -68,10 +69,14 @@ type hkSummary struct {
 	Reason   string // Progressing's reason
 	Blocked  string // the problem's reason
 	Resolved bool   // the rung had something to say
+	Resync   time.Duration
 }
 
 func summarizeStep(step stepResult, ok bool) hkSummary {
 	s := hkSummary{Reason: step.progressing.reason, Resolved: ok}
+	if step.action == nil && step.progressing.reason == "" {
+		s.Resync = step.resync
+	}
 	if a := step.action; a != nil {
 		s.Action = string(a.Type) + " " + a.Name
 		if a.Type == ActionCompact {
@@ -109,6 +114,16 @@ func TestHousekeepingStep(t *testing.T) {
 		in:     hkCluster(nil, nil, three(fragmented, fragmented, fragmented)...),
 		want:   hkSummary{},
 	}, {
+		name:   "no policy, near the quota",
+		reason: "a member's file is over 80% of the quota: the cluster is looked at again soon, for an alarm would change no object",
+		in:     hkCluster(nil, nil, three([2]int64{850, 850}, tidy, tidy)...),
+		want:   hkSummary{Resolved: true, Resync: resyncNearQuota},
+	}, {
+		name:   "NOSPACE, no policy",
+		reason: "the alarm is reported (alarmProblems), nothing is done, and the cluster is looked at again soon",
+		in:     hkCluster(nil, nil, nospaceAll(three([2]int64{1001, 1001}, [2]int64{1001, 1001}, [2]int64{1001, 1001}))...),
+		want:   hkSummary{Resolved: true, Resync: resyncNearQuota},
+	}, {
 		name:   "nothing to do",
 		reason: "no member passes the thresholds",
 		in:     hkCluster(policyOn, nil, three(tidy, tidy, tidy)...),
@@ -131,8 +146,8 @@ func TestHousekeepingStep(t *testing.T) {
 		want:   hkSummary{Action: "defragment demo-m1", Reason: ReasonDefragmenting, Resolved: true},
 	}, {
 		name:   "under the percentage",
-		reason: "40% unused is under the default 50%, however large",
-		in:     hkCluster(policyOn, nil, three([2]int64{1000, 600}, tidy, tidy)...),
+		reason: "40% unused is under the default 50%, however much that is",
+		in:     hkCluster(policyOn, nil, three([2]int64{700, 420}, tidy, tidy)...),
 		want:   hkSummary{},
 	}, {
 		name:   "under the minimum",
@@ -223,33 +238,33 @@ func TestHousekeepingStep(t *testing.T) {
 	}, {
 		name:        "NOSPACE: compaction first",
 		reason:      "nothing recorded: the history is compacted to the newest revision a member reports",
-		in:          hkCluster(policyOn, nil, nospaceAll(withRevisions(three([2]int64{101, 101}, [2]int64{101, 101}, [2]int64{101, 101}), 700, 702, 701))...),
+		in:          hkCluster(policyOn, nil, nospaceAll(withRevisions(three([2]int64{1001, 1001}, [2]int64{1001, 1001}, [2]int64{1001, 1001}), 700, 702, 701))...),
 		want:        hkSummary{Action: "compact 702", Reason: ReasonRecoveringNoSpace, Resolved: true},
 		wantMessage: "recovering from NOSPACE: compacting the history to revision 702",
 	}, {
 		name:   "NOSPACE: keys deleted since the compaction",
 		reason: "deleting keys raises the revision: the history is compacted again, and the defragmentations start over",
 		in: hkCluster(policyOn, &v1beta2.HousekeepingStatus{CompactedRevision: 400, Defragmented: []string{name(0)}},
-			nospaceAll(three([2]int64{101, 101}, [2]int64{101, 101}, [2]int64{101, 101}))...),
+			nospaceAll(three([2]int64{1001, 1001}, [2]int64{1001, 1001}, [2]int64{1001, 1001}))...),
 		want: hkSummary{Action: "compact 500", Reason: ReasonRecoveringNoSpace, Resolved: true},
 	}, {
 		name:   "NOSPACE: compacted, a follower first",
 		reason: "after the compaction each member over 80% of the quota is defragmented, its size in use notwithstanding (it lags after a compaction)",
 		in: hkCluster(policyOn, &v1beta2.HousekeepingStatus{CompactedRevision: 500},
-			nospaceAll(three([2]int64{101, 101}, [2]int64{101, 101}, [2]int64{101, 101}))...),
+			nospaceAll(three([2]int64{1001, 1001}, [2]int64{1001, 1001}, [2]int64{1001, 1001}))...),
 		want:        hkSummary{Action: "defragment demo-m0", Reason: ReasonRecoveringNoSpace, Resolved: true},
 		wantMessage: "recovering from NOSPACE: defragmenting member demo-m0, whose database file is over 80% of the quota",
 	}, {
 		name:   "NOSPACE: a member already under the level",
-		reason: "demo-m0's file is under 80 MiB: only demo-m2 and the leader need defragmenting",
+		reason: "demo-m0's file is under 800 MiB: only demo-m2 and the leader need defragmenting",
 		in: hkCluster(policyOn, &v1beta2.HousekeepingStatus{CompactedRevision: 500},
-			nospaceAll(three([2]int64{70, 10}, [2]int64{101, 101}, [2]int64{101, 101}))...),
+			nospaceAll(three([2]int64{700, 100}, [2]int64{1001, 1001}, [2]int64{1001, 1001}))...),
 		want: hkSummary{Action: "defragment demo-m2", Reason: ReasonRecoveringNoSpace, Resolved: true},
 	}, {
 		name:   "NOSPACE: the leader last",
 		reason: "both followers are done",
 		in: hkCluster(policyOn, &v1beta2.HousekeepingStatus{CompactedRevision: 500, Defragmented: []string{name(0), name(2)}},
-			nospaceAll(three([2]int64{5, 5}, [2]int64{101, 101}, [2]int64{5, 5}))...),
+			nospaceAll(three([2]int64{5, 5}, [2]int64{1001, 1001}, [2]int64{5, 5}))...),
 		want: hkSummary{Action: "defragment demo-m1", Reason: ReasonRecoveringNoSpace, Resolved: true},
 	}, {
 		name:   "NOSPACE: every file under the level",
@@ -262,14 +277,14 @@ func TestHousekeepingStep(t *testing.T) {
 		name:   "NOSPACE: the data does not fit",
 		reason: "demo-m2 was defragmented since the compaction and is still over the level: a person deletes keys or raises the quota",
 		in: hkCluster(policyOn, &v1beta2.HousekeepingStatus{CompactedRevision: 500, Defragmented: []string{name(0), name(1), name(2)}},
-			nospaceAll(three([2]int64{5, 5}, [2]int64{5, 5}, [2]int64{90, 90}))...),
+			nospaceAll(three([2]int64{5, 5}, [2]int64{5, 5}, [2]int64{900, 900}))...),
 		want:        hkSummary{Reason: ReasonNoSpace, Blocked: ReasonNoSpace, Resolved: true},
-		wantMessage: "compacted to revision 500 and defragmented, the database of member demo-m2 is still over 80% of the quota of 100 MiB: delete keys, or raise spec.etcd.quotaBackendBytes",
+		wantMessage: "compacted to revision 500 and defragmented, the database of member demo-m2 is still over 80% of the quota of 1000 MiB: delete keys, or raise spec.etcd.quotaBackendBytes",
 	}, {
 		name:   "NOSPACE: a member not ready",
 		reason: "the recovery waits like any other step",
 		in: with(hkCluster(policyOn, &v1beta2.HousekeepingStatus{CompactedRevision: 500},
-			nospaceAll(three([2]int64{101, 101}, [2]int64{101, 101}, [2]int64{101, 101}))...), func(o *Observed) {
+			nospaceAll(three([2]int64{1001, 1001}, [2]int64{1001, 1001}, [2]int64{1001, 1001}))...), func(o *Observed) {
 			o.Pods[name(0)] = memberPod(name(0), "Running", false)
 		}),
 		want:        hkSummary{Reason: ReasonRecoveringNoSpace, Resolved: true},
@@ -278,14 +293,14 @@ func TestHousekeepingStep(t *testing.T) {
 		name:   "NOSPACE: the recorded member answers defragmented",
 		reason: "demo-m0's defragmentation ended (it answers with no space left unused): it counts as done, the next member goes",
 		in: hkCluster(policyOn, &v1beta2.HousekeepingStatus{CompactedRevision: 500, Defragmenting: name(0)},
-			nospaceAll(three([2]int64{90, 90}, [2]int64{101, 101}, [2]int64{101, 101}))...),
+			nospaceAll(three([2]int64{900, 900}, [2]int64{1001, 1001}, [2]int64{1001, 1001}))...),
 		want: hkSummary{Action: "defragment demo-m2", Reason: ReasonRecoveringNoSpace, Resolved: true},
 	}, {
 		name:   "NOSPACE, quota from the environment",
-		reason: "ETCD_QUOTA_BACKEND_BYTES in spec.pod.etcdEnv is the quota the members run with (the flag is left out): 1 GiB, so 101 MiB files are fine",
+		reason: "ETCD_QUOTA_BACKEND_BYTES in spec.pod.etcdEnv is the quota the members run with (the flag is left out): 2 GiB, so 1001 MiB files are fine",
 		in: with(hkCluster(policyOn, &v1beta2.HousekeepingStatus{CompactedRevision: 500},
-			nospaceAll(three([2]int64{101, 101}, [2]int64{101, 101}, [2]int64{101, 101}))...), func(o *Observed) {
-			o.Cluster.Spec.Pod = &v1beta2.PodPolicy{EtcdEnv: envQuota(1 << 30)}
+			nospaceAll(three([2]int64{1001, 1001}, [2]int64{1001, 1001}, [2]int64{1001, 1001}))...), func(o *Observed) {
+			o.Cluster.Spec.Pod = &v1beta2.PodPolicy{EtcdEnv: envQuota(2 << 30)}
 		}),
 		want: hkSummary{Action: "disarm-nospace demo-m1", Reason: ReasonRecoveringNoSpace, Resolved: true},
 	}}
@@ -362,14 +377,14 @@ func TestAlarmProblems(t *testing.T) {
 	}, {
 		name:   "NOSPACE without a policy",
 		reason: "the alarm shows at once, with the quota and what a person does",
-		in: hkCluster(nil, nil, withAlarm(sized(member(1, name(0)), 101, 101), nospaceOf(2), "etcdserver: no leader"),
-			sized(member(2, name(1)), 101, 101), withAlarm(sized(member(3, name(2)), 101, 101), nospaceOf(2))),
-		want: []problem{{ReasonNoSpace, `etcd raised its NOSPACE alarm (member demo-m1): a member's database reached the quota of 100 MiB (spec.etcd.quotaBackendBytes), and etcd refuses writes until space is freed and the alarm disarmed; delete keys, then compact, defragment each member and disarm the alarm (the README's runbook "NOSPACE alarm"), or set spec.housekeeping for the hook to do it`}},
+		in: hkCluster(nil, nil, withAlarm(sized(member(1, name(0)), 1001, 1001), nospaceOf(2), "etcdserver: no leader"),
+			sized(member(2, name(1)), 1001, 1001), withAlarm(sized(member(3, name(2)), 1001, 1001), nospaceOf(2))),
+		want: []problem{{ReasonNoSpace, `etcd raised its NOSPACE alarm (member demo-m1): a member's database reached the quota of 1000 MiB (spec.etcd.quotaBackendBytes), and etcd refuses writes until space is freed and the alarm disarmed; delete keys, then compact, defragment each member and disarm the alarm (the README's runbook "NOSPACE alarm"), or set spec.housekeeping for the hook to do it`}},
 	}, {
 		name:   "NOSPACE of two members, with the policy",
 		reason: "each member that applied the write over quota may raise its own alarm; the default quota is 2 GiB",
-		in: with(hkCluster(policyOn, nil, nospaceAll([]Member{withAlarm(sized(member(1, name(0)), 101, 101), nospaceOf(3)),
-			withAlarm(sized(member(2, name(1)), 101, 101), nospaceOf(3)), withAlarm(sized(member(3, name(2)), 101, 101), nospaceOf(3))})...),
+		in: with(hkCluster(policyOn, nil, nospaceAll([]Member{withAlarm(sized(member(1, name(0)), 1001, 1001), nospaceOf(3)),
+			withAlarm(sized(member(2, name(1)), 1001, 1001), nospaceOf(3)), withAlarm(sized(member(3, name(2)), 1001, 1001), nospaceOf(3))})...),
 			func(o *Observed) { o.Cluster.Spec.Etcd = nil }),
 		want: []problem{{ReasonNoSpace, `etcd raised its NOSPACE alarm (member demo-m0, demo-m2): a member's database reached the quota of 2 GiB (spec.etcd.quotaBackendBytes), and etcd refuses writes until space is freed and the alarm disarmed; spec.housekeeping recovers from it: it compacts the history, defragments the members one at a time and disarms the alarm`}},
 	}, {
@@ -379,7 +394,7 @@ func TestAlarmProblems(t *testing.T) {
 			sized(member(2, name(1)), 10, 5), sized(member(3, name(2)), 10, 5)),
 		want: []problem{
 			{ReasonCorrupt, `etcd raised its CORRUPT alarm (member demo-m0): the members' data differ, and etcd refuses writes; the hook leaves this to a person and does no housekeeping meanwhile: see the README's runbook "CORRUPT alarm"`},
-			{ReasonNoSpace, `etcd raised its NOSPACE alarm (member abc): a member's database reached the quota of 100 MiB (spec.etcd.quotaBackendBytes), and etcd refuses writes until space is freed and the alarm disarmed; delete keys, then compact, defragment each member and disarm the alarm (the README's runbook "NOSPACE alarm"), or set spec.housekeeping for the hook to do it`},
+			{ReasonNoSpace, `etcd raised its NOSPACE alarm (member abc): a member's database reached the quota of 1000 MiB (spec.etcd.quotaBackendBytes), and etcd refuses writes until space is freed and the alarm disarmed; delete keys, then compact, defragment each member and disarm the alarm (the README's runbook "NOSPACE alarm"), or set spec.housekeeping for the hook to do it`},
 		},
 	}}
 	for _, tt := range tests {
@@ -420,13 +435,13 @@ func TestHousekeepingRecord(t *testing.T) {
 	}, {
 		name:   "compacted",
 		reason: "the revision this sync compacted to",
-		in:     acted(recovering(nil, three([2]int64{101, 101}, [2]int64{101, 101}, [2]int64{101, 101})...), Action{Type: ActionCompact, Revision: 500}),
+		in:     acted(recovering(nil, three([2]int64{1001, 1001}, [2]int64{1001, 1001}, [2]int64{1001, 1001})...), Action{Type: ActionCompact, Revision: 500}),
 		want:   &v1beta2.HousekeepingStatus{CompactedRevision: 500},
 	}, {
 		name:   "compacted again",
 		reason: "a new compaction starts the defragmentations over",
 		in: acted(recovering(&v1beta2.HousekeepingStatus{CompactedRevision: 400, Defragmented: []string{name(0)}},
-			three([2]int64{101, 101}, [2]int64{101, 101}, [2]int64{101, 101})...), Action{Type: ActionCompact, Revision: 500}),
+			three([2]int64{1001, 1001}, [2]int64{1001, 1001}, [2]int64{1001, 1001})...), Action{Type: ActionCompact, Revision: 500}),
 		want: &v1beta2.HousekeepingStatus{CompactedRevision: 500},
 	}, {
 		name:   "defragmentation started",
@@ -459,19 +474,19 @@ func TestHousekeepingRecord(t *testing.T) {
 		name:   "seen done in a NOSPACE recovery",
 		reason: "it joins the members defragmented since the compaction, in name order",
 		in: recovering(&v1beta2.HousekeepingStatus{CompactedRevision: 500, Defragmenting: name(0), Defragmented: []string{name(2)}},
-			three([2]int64{90, 90}, [2]int64{101, 101}, [2]int64{5, 5})...),
+			three([2]int64{900, 900}, [2]int64{1001, 1001}, [2]int64{5, 5})...),
 		want: &v1beta2.HousekeepingStatus{CompactedRevision: 500, Defragmented: []string{name(0), name(2)}},
 	}, {
 		name:   "seen done, and the next started",
 		reason: "in the sync that starts the next member, the previous one is done",
 		in: acted(recovering(&v1beta2.HousekeepingStatus{CompactedRevision: 500, Defragmenting: name(0)},
-			three([2]int64{5, 5}, [2]int64{101, 101}, [2]int64{101, 101})...), Action{Type: ActionDefragment, Name: name(2)}),
+			three([2]int64{5, 5}, [2]int64{1001, 1001}, [2]int64{1001, 1001})...), Action{Type: ActionDefragment, Name: name(2)}),
 		want: &v1beta2.HousekeepingStatus{CompactedRevision: 500, Defragmenting: name(2), Defragmented: []string{name(0)}},
 	}, {
 		name:   "member gone",
 		reason: "a member removed meanwhile is no longer waited for, nor listed",
 		in: recovering(&v1beta2.HousekeepingStatus{CompactedRevision: 500, Defragmenting: "demo-gone", Defragmented: []string{"demo-gone2", name(0)}},
-			three([2]int64{5, 5}, [2]int64{101, 101}, [2]int64{101, 101})...),
+			three([2]int64{5, 5}, [2]int64{1001, 1001}, [2]int64{1001, 1001})...),
 		want: &v1beta2.HousekeepingStatus{CompactedRevision: 500, Defragmented: []string{name(0)}},
 	}, {
 		name:   "disarmed",
@@ -541,7 +556,8 @@ func FuzzHousekeeping(f *testing.F) {
 		}
 		leader, nospace, revision := 0, false, int64(500)
 		var rec *v1beta2.HousekeepingStatus
-		const level = testQuota / mib * 80 / 100
+		const simQuota = 100 * mib
+		const level = simQuota / mib * 80 / 100
 		const rounds, settle = 60, 40
 		for round := 0; round < rounds+settle; round++ {
 			quiet := round >= rounds
@@ -559,7 +575,7 @@ func FuzzHousekeeping(f *testing.F) {
 							sm.live += int64(ev>>3) + 1
 							sm.inUse += int64(ev>>3) + 1
 							sm.file = max(sm.file, sm.inUse)
-							nospace = nospace || sm.file*mib >= testQuota
+							nospace = nospace || sm.file*mib >= simQuota
 						}
 					}
 				case 2: // deletes: the pages come back after compaction
@@ -584,6 +600,7 @@ func FuzzHousekeeping(f *testing.F) {
 
 			o := hkCluster(policy, rec)
 			o.Cluster.Spec.Size = n
+			o.Cluster.Spec.Etcd.QuotaBackendBytes = simQuota
 			var alarms []string
 			if nospace {
 				alarms = []string{nospaceOf(1)}
