@@ -10,7 +10,7 @@
 # promtool is built from the Go module proxy like the other tools
 # (mk/tools.mk), with its version stamped in as Prometheus's release builds
 # do. The Prometheus module is large: the first build took 6 to 9 minutes
-# and 3 GiB of memory on 2 shared cores (then seconds, from the build
+# and 3 GiB of memory on 2 shared cores (then about 20 s, from the build
 # cache); it is built only when missing, and
 # promtool-check-version removes one that reports another release than
 # tools/promtool/go.mod pins (after a bump).
