@@ -36,7 +36,7 @@ CRD_PATHS := ./api/...
 # Everything but the end-to-end tests, which need built binaries and run long.
 # test/apiserver needs bin/kube-apiserver: its own step (mk/kube.mk).
 # test/charts needs bin/helm and bin/kubectl: its own step (mk/charts.mk).
-UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e '/test/e2e' -e '/test/apiserver' -e '/test/charts')
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e '/test/e2e' -e '/test/apiserver' -e '/test/charts' -e '/test/monitoring')
 # Go files to format and check, outside bin/ and caches.
 GO_FILES = $(shell find . \( -path ./bin -o -path ./.cache -o -path ./tmp -o -path ./.git \) -prune -o -name '*.go' -print)
 
