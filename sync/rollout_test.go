@@ -333,7 +333,9 @@ func TestPodSpecHash(t *testing.T) {
 			s.Etcd = &v1beta2.EtcdSettings{QuotaBackendBytes: 2 << 30, AutoCompactionMode: "periodic", AutoCompactionRetention: "1h"}
 		}, false},
 		{"resources", "requests need a new Pod", func(s *v1beta2.ClusterSpec) { s.Pod = &specAfter }, true},
-		{"node selector", "scheduling needs a new Pod", func(s *v1beta2.ClusterSpec) { s.Pod = &v1beta2.PodPolicy{NodeSelector: map[string]string{"disk": "ssd"}} }, true},
+		{"node selector", "scheduling needs a new Pod", func(s *v1beta2.ClusterSpec) {
+			s.Pod = &v1beta2.PodPolicy{NodeSelector: map[string]string{"disk": "ssd"}}
+		}, true},
 		{"priority class", "a new Pod field", func(s *v1beta2.ClusterSpec) { s.Pod = &v1beta2.PodPolicy{PriorityClassName: "etcd-critical"} }, true},
 		{"quota", "spec.etcd renders flags", func(s *v1beta2.ClusterSpec) { s.Etcd = &v1beta2.EtcdSettings{QuotaBackendBytes: 4 << 30} }, true},
 		{"compaction", "spec.etcd renders flags", func(s *v1beta2.ClusterSpec) { s.Etcd = &v1beta2.EtcdSettings{AutoCompactionRetention: "30m"} }, true},
