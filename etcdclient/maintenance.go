@@ -17,7 +17,7 @@ import (
 
 // DefragmentWait is how long the hook waits for a defragmentation to
 // answer. etcd rewrites the member's whole database, about a second per
-// 70 to 200 MiB in use (measured on loopback with a local disk), which
+// 70 to 250 MiB in use (measured on loopback with a local disk), which
 // can outlast Metacontroller's hook timeout. etcd's handler ignores its
 // caller's context (3.4 to 3.6), so a defragmentation that outlasts this
 // goes on after the hook stops waiting: it counts as started, and later
