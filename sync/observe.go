@@ -31,6 +31,7 @@ func (p *planner) observe() report {
 		if r.available.reason == ReasonQuorumLost {
 			r.problem(ReasonQuorumLost, r.available.message)
 		}
+		r.problems = append(r.problems, p.alarmProblems()...)
 	} else {
 		r.size = len(o.Pods)
 		for name, pod := range o.Pods {

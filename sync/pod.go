@@ -175,12 +175,19 @@ func servesMetrics(version string) bool {
 // serves clients TLS asks of every caller on its client port. From 3.5 on
 // the probe reads serializably: a learner, or a member cut off from the
 // leader for a moment, still has its data, and a linearizable check would
-// flap it. A release without a metrics port is probed on its client port,
-// by TCP when that asks for a certificate.
+// flap it. From 3.4 on it leaves the NOSPACE alarm out: that alarm is
+// raised on every member at once, and a member that refuses writes still
+// serves reads; counted, it would take every member out of the client
+// Service together, and hold the housekeeping that recovers from it (which
+// waits for every member to be ready). A release without a metrics port is
+// probed on its client port, by TCP when that asks for a certificate.
 func readinessProbe(spec v1beta2.ClusterSpec) *corev1.Probe {
 	path := "/health"
-	if v, ok := parseVersion(spec.Version); ok && !v.less(semver{3, 5, 0}) {
-		path = "/health?serializable=true"
+	switch v, ok := parseVersion(spec.Version); {
+	case ok && !v.less(semver{3, 5, 0}):
+		path = "/health?serializable=true&exclude=NOSPACE"
+	case ok && !v.less(semver{3, 4, 0}):
+		path = "/health?exclude=NOSPACE"
 	}
 	handler := corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 		Path:   path,

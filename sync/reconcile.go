@@ -219,6 +219,10 @@ func (p *planner) nextStep(views []memberView, upgrade upgradeState, rollout rol
 	case len(rollout.pending) > 0 || rollout.halted != "" || rollout.rolling != "":
 		return p.rollout(views, leader, rollout)
 	}
+	// Last: etcd's own housekeeping, on a cluster that matches its spec.
+	if step, ok := p.housekeeping(views, leader); ok {
+		return step
+	}
 	return stepResult{}
 }
 

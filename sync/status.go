@@ -83,7 +83,9 @@ var severity = map[string]int{
 	ReasonRestoreFailed:       2,
 	ReasonRestoreRefused:      2,
 	ReasonChildrenNotObserved: 2,
+	ReasonCorrupt:             2,
 	ReasonQuorumLost:          3,
+	ReasonNoSpace:             3,
 	ReasonDeadMember:          4,
 	ReasonEtcdUnreachable:     5,
 }
@@ -141,6 +143,7 @@ func (p *planner) status(r report) v1beta2.ClusterStatus {
 		Bootstrap:          p.rec,
 		Restore:            p.restoreStatus,
 		NewestBackup:       p.newest,
+		Housekeeping:       p.housekeepingRecord(),
 	}
 	if rs := p.restoreStatus; rs != nil && rs.Phase == v1beta2.RestoreRestoring && p.rec != nil && p.rec.Restore != nil &&
 		p.rec.Restore.Request == rs.Request && r.phase == v1beta2.PhaseRunning && len(r.ready) == p.spec.Size && r.size == p.spec.Size {

@@ -110,7 +110,7 @@ func TestTLSSeedPod(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{peerTLSVolume: peerSecret, serverTLSVolume: serverSecret}, secrets); diff != "" {
 		t.Errorf("Secret volumes (-want +got); the operator's Secret is the hook's, never a member's:\n%s", diff)
 	}
-	wantProbe := &corev1.HTTPGetAction{Path: "/health?serializable=true", Port: intstr.FromInt32(MetricsPort), Scheme: corev1.URISchemeHTTP}
+	wantProbe := &corev1.HTTPGetAction{Path: "/health?serializable=true&exclude=NOSPACE", Port: intstr.FromInt32(MetricsPort), Scheme: corev1.URISchemeHTTP}
 	if diff := cmp.Diff(wantProbe, ctr.ReadinessProbe.HTTPGet); diff != "" {
 		t.Errorf("readiness probe (-want +got); the client port asks for a certificate the kubelet does not have:\n%s", diff)
 	}
