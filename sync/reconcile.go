@@ -140,7 +140,13 @@ func (p *planner) nextStep(views []memberView, upgrade upgradeState, rollout rol
 			return blockedStep(ReasonRolloutHalted, fmt.Sprintf("rollout halted: learner %s on the new spec cannot run: %s", v.name, why))
 		}
 		if !v.Started() || !v.ready || !learnerCaughtUp(v.Member, leader.Member) {
-			return waiting(ReasonWaitingForMember, fmt.Sprintf("waiting for learner %s to start and catch up with the leader", v.name))
+			step := waiting(ReasonWaitingForMember, fmt.Sprintf("waiting for learner %s to start and catch up with the leader", v.name))
+			if v.ready {
+				// Its Pod is ready already: no Pod event will say when it
+				// starts serving or catches up, so look again soon.
+				step.resync = resyncAfterAction
+			}
+			return step
 		}
 		if !CanPromote(ms, v.ID) {
 			return blockedStep(ReasonPromotingLearner, fmt.Sprintf("learner %s cannot be promoted without risking quorum", v.name))
@@ -329,16 +335,42 @@ func (p *planner) shrink(views []memberView, leader memberView) stepResult {
 	return acting(p.remove(*victim, fmt.Sprintf("scaling from %d to %d members: removing %s", len(views), p.spec.Size, victim.name)), ReasonScalingDown)
 }
 
+// moveLeaderOff hands leadership to the voter whose etcd has run longest.
+// etcd lets a leader remove a voter only once enough voters have been
+// connected to it for 5 s, so a member promoted or restarted a moment ago
+// would make the step that follows wait; etcd's own handover on shutdown
+// prefers the longest-connected peer for the same reason.
 func (p *planner) moveLeaderOff(views []memberView, leader memberView, why string) stepResult {
-	for _, v := range views {
-		if v.ID != leader.ID && !v.IsLearner && v.Reachable && v.ready {
-			return acting(Action{
-				Type: ActionMoveLeader, Name: v.name, MemberID: v.ID,
-				Reason: fmt.Sprintf("moving leadership from %s to %s %s", leader.name, v.name, why),
-			}, ReasonMovingLeader)
+	var to *memberView
+	for i, v := range views {
+		if v.ID == leader.ID || v.IsLearner || !v.Reachable || !v.ready {
+			continue
+		}
+		if to == nil || runningSince(v.pod).Before(runningSince(to.pod)) {
+			to = &views[i]
 		}
 	}
-	return blockedStep(ReasonMovingLeader, "no other member is ready to take over leadership "+why)
+	if to == nil {
+		return blockedStep(ReasonMovingLeader, "no other member is ready to take over leadership "+why)
+	}
+	return acting(Action{
+		Type: ActionMoveLeader, Name: to.name, MemberID: to.ID,
+		Reason: fmt.Sprintf("moving leadership from %s to %s %s", leader.name, to.name, why),
+	}, ReasonMovingLeader)
+}
+
+// runningSince is when the Pod's etcd container last started, or the zero
+// time when the kubelet has not said.
+func runningSince(pod *corev1.Pod) time.Time {
+	if pod == nil {
+		return time.Time{}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == "etcd" && cs.State.Running != nil {
+			return cs.State.Running.StartedAt.Time
+		}
+	}
+	return time.Time{}
 }
 
 // reportOutcome describes the step this sync already took.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -389,5 +390,30 @@ func TestEtcdSettingsFlags(t *testing.T) {
 				t.Errorf("%s (-want +got):\n%s", tt.reason, diff)
 			}
 		})
+	}
+}
+
+func TestLeadershipGoesToTheLongestRunningVoter(t *testing.T) {
+	o := rolloutCluster(true, false, true, true)
+	started := func(pod *corev1.Pod, ago time.Duration) {
+		pod.Status.ContainerStatuses[0].State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(testNow.Add(-ago))}
+	}
+	// m1 came back a moment ago; m2 has run for an hour. etcd would refuse
+	// the leader's next step for 5 s if leadership went to m1.
+	started(o.Pods[name(1)], time.Second)
+	started(o.Pods[name(2)], time.Hour)
+	d := Plan(o)
+	if d.Action == nil || d.Action.Type != ActionMoveLeader || d.Action.Name != name(2) {
+		t.Fatalf("want leadership moved to %s, which has run longest; got %v", name(2), d.Action)
+	}
+}
+
+func TestReadyLearnerLookedAtSoon(t *testing.T) {
+	o := rolloutCluster(false, false, false, false)
+	o.Pods[name(3)] = onSpec(readyPod(name(3)), o.Cluster.Spec)
+	o.Membership.Members = append(o.Membership.Members, learner(4, name(3), 10))
+	d := Plan(o)
+	if d.Action != nil || d.ResyncAfter != resyncAfterAction {
+		t.Errorf("a ready learner that has not caught up yet makes no Pod event: want a resync after %s, got %s (action %v)", resyncAfterAction, d.ResyncAfter, d.Action)
 	}
 }
