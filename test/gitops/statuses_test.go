@@ -31,6 +31,7 @@ var points = map[string]gitopstest.Verdict{
 	"converged":            {KStatus: "Current", Flux: "Current", ArgoCD: "Healthy"},
 	"scaling":              {KStatus: "InProgress", Flux: "InProgress", ArgoCD: "Progressing"},
 	"upgrading":            {KStatus: "InProgress", Flux: "InProgress", ArgoCD: "Progressing"},
+	"rolling":              {KStatus: "InProgress", Flux: "InProgress", ArgoCD: "Progressing"},
 	"invalid-spec":         {KStatus: "Failed", Flux: "Failed", ArgoCD: "Degraded"},
 	"version-skew-refused": {KStatus: "Failed", Flux: "Failed", ArgoCD: "Degraded"},
 	"upgrade-halted":       {KStatus: "Failed", Flux: "Failed", ArgoCD: "Degraded"},
