@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	yaml "go.yaml.in/yaml/v2"
 )
 
@@ -26,24 +28,14 @@ const (
 	kubeHint = "make kube-bins"
 )
 
-// moduleRoot walks up from the package directory to the root go.mod.
+// moduleRoot is the repository root, where bin/ and charts/ are.
 func moduleRoot(t testing.TB) string {
 	t.Helper()
-	wd, err := os.Getwd()
+	root, err := etcdtest.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for dir := wd; ; {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			bytes.HasPrefix(bytes.TrimSpace(b), []byte("module github.com/etcdhook/etcd-hook\n")) {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatalf("no go.mod of github.com/etcdhook/etcd-hook above %s", wd)
-		}
-		dir = parent
-	}
+	return root
 }
 
 // requireBinary skips the test when bin is not an executable file, or

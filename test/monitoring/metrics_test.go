@@ -39,16 +39,12 @@ const (
 	hookJob    = "etcd-hook"
 )
 
-// moduleRoot is the repository root: tests run in their package's
-// directory, two levels below it.
+// moduleRoot is the repository root, where bin/ and manifests/ are.
 func moduleRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := etcdtest.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("repository root %s: %v", root, err)
 	}
 	return root
 }
