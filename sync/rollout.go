@@ -349,8 +349,8 @@ func (p *planner) rescueRollout(views []memberView) stepResult {
 
 // outdatedVictim is the member a scale-down removes first: one whose Pod
 // is outdated, so that the surplus member of an emptyDir rollout is the
-// one it replaces. Never the leader; ok is false when only the leader is
-// outdated, and leader reports that.
+// one it replaces. Never the leader: victim is nil when no outdated
+// follower is left, and leaderOutdated says whether the leader still is.
 func (p *planner) outdatedVictim(views []memberView, leaderID uint64) (victim *memberView, leaderOutdated bool) {
 	for i := len(views) - 1; i >= 0; i-- {
 		if !p.outdated(views[i].pod) {
