@@ -29,8 +29,8 @@ type HousekeepingPolicy struct {
 	// unused space (dbSize - dbSizeInUse, the pages that only a
 	// defragmentation gives back) than both thresholds below. One member
 	// at a time, followers first and the leader last. A member does not
-	// serve while it is defragmented: about a second per 70 to 250 MiB in
-	// use, measured on a local disk. Default: true.
+	// serve while it is defragmented, for a time that grows with its data
+	// (64 MiB in use: about a second on a local disk). Default: true.
 	// +optional
 	Defragment *bool `json:"defragment,omitempty"`
 
