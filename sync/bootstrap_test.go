@@ -69,7 +69,7 @@ func stampedService(o *Observed, rec *v1beta2.BootstrapStatus) {
 // request shows them with the record's copy.
 func servicesLeft(o *Observed) {
 	stampedService(o, o.Cluster.Status.Bootstrap)
-	o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster)
+	o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster, true)
 }
 
 func annotated(value string) func(*Observed) {
@@ -130,7 +130,7 @@ func TestBootstrapRecord(t *testing.T) {
 		reason: "the Service's copy says the seed was only asked for, so the same seed is rendered again: nothing of it can have run",
 		in: apply(observed(newCluster(3, "3.6.16")), func(o *Observed) {
 			stampedService(o, record(firstSeed, false))
-			o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster)
+			o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster, true)
 		}),
 		want: bootstrapOutcome{
 			NewClusterPods: []string{firstSeed}, Pods: []string{firstSeed},
@@ -141,7 +141,7 @@ func TestBootstrapRecord(t *testing.T) {
 		name:   "only the client Service observed",
 		reason: "the client Service never carries the record: alone it says nothing of the past, and the seed is rendered",
 		in: apply(observed(newCluster(3, "3.6.16")), func(o *Observed) {
-			o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster)
+			o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster, true)
 		}),
 		want: bootstrapOutcome{
 			NewClusterPods: []string{firstSeed}, Pods: []string{firstSeed},
@@ -184,7 +184,7 @@ func TestBootstrapRecord(t *testing.T) {
 		reason: "the issue's case: the seed ran (phase still Creating) and was deleted; the hook before the record re-bootstrapped here",
 		in: apply(observed(newCluster(3, "3.6.16")), func(o *Observed) {
 			o.Cluster.Status = v1beta2.ClusterStatus{Phase: v1beta2.PhaseCreating, Size: 1, Members: v1beta2.MembersStatus{Ready: []string{firstSeed}}, CurrentVersion: "3.6.16"}
-			o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster)
+			o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster, true)
 		}),
 		want: lost,
 	}, {

@@ -21,7 +21,7 @@ func TestEveryPodDeletedFromARunningCluster(t *testing.T) {
 	pods := []*corev1.Pod{readyPod(name(0)), readyPod(name(1)), readyPod(name(2))}
 	o := observed(c, pods...)
 	o.Services[testCluster] = peerService(c, nil)
-	o.Services[ClientServiceName(testCluster)] = clientService(c)
+	o.Services[ClientServiceName(testCluster)] = clientService(c, true)
 	o.Membership = membership(1, member(1, name(0)), member(2, name(1)), member(3, name(2)))
 	d := Plan(o)
 	if d.Status.Phase != v1beta2.PhaseRunning {

@@ -55,6 +55,10 @@ type planner struct {
 	holdEmptySeed bool
 	// hash is podSpecHash of spec, once computed; see rollout.go.
 	hash string
+	// serving says, by member name, whether a member Pod carries
+	// LabelServing; a member left out keeps what its Pod has. See
+	// serving.go.
+	serving map[string]bool
 }
 
 // Plan decides one sync. See the package documentation for the protocol.
@@ -63,9 +67,9 @@ func Plan(observed *Observed) (d Decision) {
 	// caller's observation stays as it was, since it may plan again on it.
 	o := *observed
 	o.Pods, o.PVCs = maps.Clone(o.Pods), maps.Clone(o.PVCs)
-	p := &planner{o: &o, spec: o.Cluster.Spec.WithDefaults()}
+	p := &planner{o: &o, spec: o.Cluster.Spec.WithDefaults(), serving: map[string]bool{}}
 	p.rec = p.bootstrapRecord()
-	p.restoreStatus = o.Cluster.Status.Restore
+	p.restoreStatus = p.carriedRestoreStatus()
 	p.newest = p.newestBackup()
 	// The GitOps conditions summarise the status as finally rendered
 	// (restore.go edits it after status()): see health.go. A finalize
@@ -97,7 +101,14 @@ func Plan(observed *Observed) (d Decision) {
 	if req := p.restoreRequested(); req != nil {
 		return p.planRestore(req)
 	}
-	return p.planCurrent()
+	d = p.planCurrent()
+	if rs := d.Status.Restore; rs != nil && rs.Phase == v1beta2.RestoreRestoring && (d.ResyncAfter == 0 || d.ResyncAfter > resyncWaiting) {
+		// Completed is seen in the first sync after the cluster matches
+		// its spec; a missed Pod event must not leave that to the
+		// periodic resync.
+		d.ResyncAfter = resyncWaiting
+	}
+	return d
 }
 
 // finalize lets Metacontroller delete every child. Membership is not

@@ -235,7 +235,7 @@ func TestPlanLifecycle(t *testing.T) {
 		name:   "all members lost",
 		reason: "a cluster that ran and has no Pod and no PVC left is not silently bootstrapped empty",
 		in: with(observed(running(newCluster(3, "3.6.16"))), func(o *Observed) {
-			o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster)
+			o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster, true)
 		}),
 		want: summary{
 			Phase: v1beta2.PhaseFailed, Progressing: ReasonAllMembersLost, Degraded: ReasonAllMembersLost, Resync: true,

@@ -20,6 +20,9 @@ const (
 	LabelNode    = "etcd_node"
 	// AnnotationVersion is the CoreOS operator's reserved annotation.
 	AnnotationVersion = "etcd.version"
+	// LabelServing marks the member Pods that take client traffic: the
+	// client Service selects it. See serving.go.
+	LabelServing = v1beta2.LabelServing
 
 	dataVolume = "etcd-data"
 	dataMount  = "/var/etcd"
@@ -38,13 +41,16 @@ type memberPodInput struct {
 	state          string
 	// seed and token name the etcd cluster the member belongs to.
 	seed, token string
+	// serving: the member may take client traffic from its first start
+	// (see serving.go).
+	serving bool
 }
 
 // memberPod renders a member's Pod for the cluster this sync runs.
 func (p *planner) memberPod(name, initialCluster, state string) *corev1.Pod {
 	in := memberPodInput{
 		cluster: p.o.Cluster, spec: p.spec, name: name, initialCluster: initialCluster, state: state,
-		seed: p.seed(), token: p.clusterToken(),
+		seed: p.seed(), token: p.clusterToken(), serving: p.serving[name],
 	}
 	pod := renderMemberPod(in)
 	// The seed of a restored cluster restores again whenever it is
@@ -58,14 +64,20 @@ func (p *planner) memberPod(name, initialCluster, state string) *corev1.Pod {
 	return pod
 }
 
-func memberLabels(cluster, member string, policy *v1beta2.PodPolicy) map[string]string {
+// memberLabels are a member Pod's labels; serving adds LabelServing,
+// which nothing but the hook sets (validation refuses it in spec.pod).
+func memberLabels(cluster, member string, policy *v1beta2.PodPolicy, serving bool) map[string]string {
 	labels := map[string]string{}
 	if policy != nil {
 		maps.Copy(labels, policy.Labels)
 	}
+	delete(labels, LabelServing)
 	labels[LabelApp] = "etcd"
 	labels[LabelCluster] = cluster
 	labels[LabelNode] = member
+	if serving {
+		labels[LabelServing] = "true"
+	}
 	return labels
 }
 
@@ -108,7 +120,7 @@ func renderMemberPod(in memberPodInput) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        in.name,
 			Namespace:   c.Namespace,
-			Labels:      memberLabels(c.Name, in.name, policy),
+			Labels:      memberLabels(c.Name, in.name, policy, in.serving),
 			Annotations: annotations,
 		},
 		Spec: corev1.PodSpec{

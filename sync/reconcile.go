@@ -18,6 +18,7 @@ func (p *planner) withMembership() Decision {
 		return p.frozen(ReasonVersionSkew, "the version change is refused and the cluster is left as it is: "+why)
 	}
 	views := p.viewMembers()
+	p.serving = p.servingMembers(views)
 	children := append(p.commonChildren(), p.memberChildren(views)...)
 
 	r := p.observe()

@@ -355,6 +355,45 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 	return d
 }
 
+// carriedRestoreStatus is status.restore as the previous sync wrote it,
+// unless the bootstrap record proves it stale. A restore is committed in
+// one sync, and from then on only the record (in status.bootstrap and on
+// the peer Service) says so; the phase in status.restore would otherwise
+// have to be carried from sync to sync. It cannot be trusted to: a status
+// write can be lost, and Metacontroller may sync on a parent its cache has
+// not yet seen written, and then write the status that sync computed over
+// the newer one. A cluster whose Restoring was lost that way would report
+// Verifying for good while it ran on the restored data. So a committed
+// request's phase is derived from the record: Restoring until the cluster
+// matches its spec, then Completed (see status).
+func (p *planner) carriedRestoreStatus() *v1beta2.ClusterRestoreStatus {
+	prev := p.o.Cluster.Status.Restore
+	if p.rec == nil || p.rec.Restore == nil {
+		return prev
+	}
+	done := p.rec.Restore
+	if prev != nil {
+		switch {
+		case prev.Request == done.Request && (prev.Phase == v1beta2.RestoreRestoring || prev.Phase == v1beta2.RestoreCompleted):
+			return prev
+		case prev.Request != done.Request && (prev.Phase == v1beta2.RestoreFailed || prev.Phase == v1beta2.RestoreRefused):
+			// A later request's outcome: the record only ever names the
+			// newest committed one.
+			return prev
+		}
+	}
+	st := &v1beta2.ClusterRestoreStatus{
+		Request: done.Request, Origin: done.Origin, Location: done.Source.Location(), Phase: v1beta2.RestoreRestoring,
+		Revision: done.Revision, EtcdVersion: done.EtcdVersion, BackupTime: done.BackupTime, RestoredAt: done.RestoredAt,
+	}
+	if st.Origin == "" {
+		// Records written before origins were recorded.
+		st.Origin = done.Request
+	}
+	st.Message = p.restoreCost(st)
+	return st
+}
+
 // planWithout plans the current cluster with the restore seed out of
 // sight, and never starts an empty seed meanwhile: a cluster waiting for
 // its data must not take writes without it.

@@ -65,6 +65,32 @@ func fetchEnded(code int32, result string) func(*Observed) {
 	}
 }
 
+// restoredThree is the cluster after the restore's seed started and two
+// members joined it, converged; the peer Service carries the committed
+// record, and so does the status.
+func restoredThree(o *Observed) {
+	rec := &v1beta2.BootstrapStatus{SeedMember: restoreSeed, Bootstrapped: true, RecreatedFrom: firstSeed,
+		Restore: &v1beta2.RestoreRecord{Request: restoreID, Origin: "EtcdRestore " + testCluster, Source: v1beta2.ResolvedSource{S3: s3Source}, Revision: 4711}}
+	o.Cluster.Status.Bootstrap = rec
+	o.Cluster.Status.Restore = &v1beta2.ClusterRestoreStatus{Request: restoreID, Origin: rec.Restore.Origin, Phase: v1beta2.RestoreRestoring}
+	stampedService(o, rec)
+	o.Services[ClientServiceName(testCluster)] = clientService(o.Cluster, true)
+	for _, n := range []string{restoreSeed, name(2), name(3)} {
+		p := readyPod(n)
+		p.Annotations[AnnotationSeedMember] = restoreSeed
+		o.Pods[n] = p
+	}
+	o.Membership = membership(9, member(9, restoreSeed), member(2, name(2)), member(3, name(3)))
+}
+
+// statusBeforeCommit: the status read is the one written before the
+// commit (Verifying, the old cluster's record), as when the commit's
+// status write was lost, or a sync on a stale cache overwrote it.
+func statusBeforeCommit(o *Observed) {
+	o.Cluster.Status.Bootstrap = record(firstSeed, true)
+	o.Cluster.Status.Restore = &v1beta2.ClusterRestoreStatus{Request: restoreID, Origin: "EtcdRestore " + testCluster, Phase: v1beta2.RestoreVerifying}
+}
+
 type restoreOutcome struct {
 	Pods         []string
 	Seed         string // the record's seed
@@ -99,6 +125,8 @@ func restoreOutcomeOf(o *Observed, d Decision) restoreOutcome {
 
 func TestRestorePlan(t *testing.T) {
 	old := []string{name(1), name(2), name(3)}
+	restored := []string{name(2), name(3), restoreSeed}
+	slices.Sort(restored)
 	withSeed := append(slices.Clone(old), restoreSeed)
 	slices.Sort(withSeed)
 	good := `{"succeeded":true,"source":"s3://backups/demo.db","size":1024,"sha256":"ab","revision":4711,"etcdVersion":"3.6.16"}`
@@ -150,7 +178,29 @@ func TestRestorePlan(t *testing.T) {
 			o.Membership = membership(9, member(9, restoreSeed))
 			servicesLeft(o)
 		}},
-		want: restoreOutcome{Pods: []string{restoreSeed}, Seed: restoreSeed, Restored: restoreID, Action: true},
+		want: restoreOutcome{Pods: []string{restoreSeed}, Seed: restoreSeed, Restored: restoreID, Phase: v1beta2.RestoreRestoring, Action: true},
+	}, {
+		name:   "commit's status lost, converged",
+		reason: "the status the commit wrote was lost or overwritten (it still says Verifying, with the old record), but the peer Service's record says committed: a cluster that matches its spec reports the restore Completed",
+		edits:  []func(*Observed){etcdRestore(), restoredThree, statusBeforeCommit},
+		want:   restoreOutcome{Pods: restored, Seed: restoreSeed, Restored: restoreID, Phase: v1beta2.RestoreCompleted},
+	}, {
+		name:   "commit's status lost, joining",
+		reason: "as above while a member still joins: Restoring, never Verifying again",
+		edits: []func(*Observed){etcdRestore(), restoredThree, statusBeforeCommit, func(o *Observed) {
+			o.Pods[name(3)] = memberPod(name(3), corev1.PodPending, false)
+			o.Pods[name(3)].Annotations[AnnotationSeedMember] = restoreSeed
+			o.Membership.Members[2] = learner(3, name(3), 0)
+			o.Membership.Members[2].Reachable = false
+		}},
+		want: restoreOutcome{Pods: restored, Seed: restoreSeed, Restored: restoreID, Phase: v1beta2.RestoreRestoring},
+	}, {
+		name:   "status wiped after the restore",
+		reason: "with no status.restore at all, the record alone says which restore the cluster runs on",
+		edits: []func(*Observed){etcdRestore(), restoredThree, statusBeforeCommit, func(o *Observed) {
+			o.Cluster.Status = v1beta2.ClusterStatus{}
+		}},
+		want: restoreOutcome{Pods: restored, Seed: restoreSeed, Restored: restoreID, Phase: v1beta2.RestoreCompleted},
 	}, {
 		name:   "every member lost",
 		reason: "a restore over a lost cluster starts the restored seed and nothing empty",

@@ -144,15 +144,16 @@ func hookAnnotation(key string) bool {
 }
 
 // currentPod is a running member's Pod as last applied, with the labels
-// and annotations the spec asks for now: Metacontroller patches them in
-// place, and the member does not restart.
+// and annotations the spec asks for now, and LabelServing as the member's
+// role says: Metacontroller patches them in place, and the member does
+// not restart.
 func (p *planner) currentPod(pod *corev1.Pod) Child {
 	kept := keepPod(pod)
 	out, ok := podObject(kept)
 	if !ok {
 		return kept
 	}
-	labels := memberLabels(p.o.Cluster.Name, pod.Name, p.spec.Pod)
+	labels := memberLabels(p.o.Cluster.Name, pod.Name, p.spec.Pod, p.servingPod(pod))
 	annotations := map[string]string{}
 	if pol := p.spec.Pod; pol != nil {
 		maps.Copy(annotations, pol.Annotations)

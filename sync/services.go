@@ -40,12 +40,20 @@ func peerService(c *v1beta2.EtcdCluster, rec *v1beta2.BootstrapStatus) *corev1.S
 	}
 }
 
-func clientService(c *v1beta2.EtcdCluster) *corev1.Service {
+// clientService sends clients to the members whose Pods are ready and
+// carry LabelServing (see serving.go). servingOnly false renders the
+// selector of earlier hook releases, which every member Pod matches: a
+// running cluster keeps it until its Pods carry the label.
+func clientService(c *v1beta2.EtcdCluster, servingOnly bool) *corev1.Service {
+	selector := selectorLabels(c.Name)
+	if servingOnly {
+		selector[LabelServing] = "true"
+	}
 	return &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{Name: ClientServiceName(c.Name), Namespace: c.Namespace, Labels: selectorLabels(c.Name)},
 		Spec: corev1.ServiceSpec{
-			Selector: selectorLabels(c.Name),
+			Selector: selector,
 			Ports: []corev1.ServicePort{
 				{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt32(ClientPort), Protocol: corev1.ProtocolTCP},
 			},
@@ -79,7 +87,7 @@ func memberClaim(c *v1beta2.EtcdCluster, spec v1beta2.ClusterSpec, member, seed 
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      member,
 			Namespace: c.Namespace,
-			Labels:    memberLabels(c.Name, member, nil),
+			Labels:    memberLabels(c.Name, member, nil, false),
 			// Like a member Pod, a claim names its cluster's seed, so that
 			// the claims of a cluster a restore replaced are told apart.
 			Annotations: map[string]string{AnnotationSeedMember: seed},

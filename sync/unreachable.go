@@ -112,6 +112,9 @@ func (p *planner) survivors() int {
 func (p *planner) seedChildren(children []Child) []Child {
 	c := p.o.Cluster
 	seed := p.seed()
+	// The seed is the whole cluster: there is nothing for it to catch up
+	// with.
+	p.serving[seed] = true
 	children = append(children, Child{Kind: KindPod, Name: seed, Object: p.memberPod(seed,
 		seed+"="+p.addresses().PeerURL(seed), "new")})
 	if p.spec.Persistent() {
@@ -201,7 +204,7 @@ func (p *planner) commonChildren() []Child {
 	c := p.o.Cluster
 	return []Child{
 		{Kind: KindService, Name: c.Name, Object: peerService(c, p.rec)},
-		{Kind: KindService, Name: ClientServiceName(c.Name), Object: clientService(c)},
+		{Kind: KindService, Name: ClientServiceName(c.Name), Object: clientService(c, p.selectServingOnly())},
 		{Kind: KindPDB, Name: c.Name, Object: disruptionBudget(c, p.spec)},
 	}
 }

@@ -20,7 +20,7 @@ const (
 
 // ClusterSpec is the desired state of an etcd cluster.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.pod) || !has(self.pod.labels) || self.pod.labels.all(k, k != 'app' && !k.startsWith('etcd_'))",message="spec.pod.labels: the label \"app\" and labels starting with \"etcd_\" are reserved for the hook"
+// +kubebuilder:validation:XValidation:rule="!has(self.pod) || !has(self.pod.labels) || self.pod.labels.all(k, k != 'app' && k != 'etcd.database.coreos.com/serving' && !k.startsWith('etcd_'))",message="spec.pod.labels: the labels \"app\" and \"etcd.database.coreos.com/serving\" and labels starting with \"etcd_\" are reserved for the hook"
 type ClusterSpec struct {
 	// Size is the number of etcd members, from 1 to 7.
 	// +kubebuilder:validation:Minimum=1
@@ -88,7 +88,8 @@ type ClusterSpec struct {
 
 // PodPolicy shapes the Pods of the members.
 type PodPolicy struct {
-	// Labels are added to each member Pod. "app" and "etcd_*" are reserved.
+	// Labels are added to each member Pod. "app", "etcd_*" and
+	// "etcd.database.coreos.com/serving" (LabelServing) are reserved.
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`
 

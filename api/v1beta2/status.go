@@ -134,6 +134,11 @@ type KnownBackup struct {
 // left in place (in Git, say) never accepts a later loss.
 const AnnotationRecreateEmpty = Group + "/recreate-empty"
 
+// LabelServing is on the member Pods that the client Service sends clients
+// to: the hook sets it once a member is a voting member that has caught up
+// with the leader, so that no client reaches a learner.
+const LabelServing = Group + "/serving"
+
 // BootstrapStatus is the record of the etcd cluster behind an EtcdCluster.
 // The hook writes it on every sync, carried over from what it read, and
 // keeps a copy on the cluster's peer Service, so that a status wiped by

@@ -51,8 +51,8 @@ func (s *ClusterSpec) validate(path *field.Path) field.ErrorList {
 	errs = append(errs, s.Housekeeping.validate(path.Child("housekeeping"), s.WithDefaults().Version)...)
 	if s.Pod != nil {
 		for k := range s.Pod.Labels {
-			if k == "app" || strings.HasPrefix(k, "etcd_") {
-				errs = append(errs, field.Invalid(path.Child("pod", "labels").Key(k), k, `"app" and labels starting with "etcd_" are reserved for the hook`))
+			if k == "app" || k == LabelServing || strings.HasPrefix(k, "etcd_") {
+				errs = append(errs, field.Invalid(path.Child("pod", "labels").Key(k), k, `"app" and "`+LabelServing+`" and labels starting with "etcd_" are reserved for the hook`))
 			}
 		}
 		for _, domain := range []struct{ name, value string }{{"clusterDomain", s.Pod.ClusterDomain}, {"ClusterDomain", s.Pod.LegacyClusterDomain}} {

@@ -25,7 +25,7 @@ func TestValidate(t *testing.T) {
 		{"size eight", "", func(c *EtcdCluster) { c.Spec.Size = 8 }, []string{"spec.size: Invalid value: 8: must be between 1 and 7"}},
 		{"version not semver", "", func(c *EtcdCluster) { c.Spec.Version = "latest" }, []string{`spec.version: Invalid value: "latest": must be a semantic version such as "3.6.16"`}},
 		{"reserved label", "", func(c *EtcdCluster) { c.Spec.Pod = &PodPolicy{Labels: map[string]string{"etcd_node": "x"}} },
-			[]string{`spec.pod.labels[etcd_node]: Invalid value: "etcd_node": "app" and labels starting with "etcd_" are reserved for the hook`}},
+			[]string{`spec.pod.labels[etcd_node]: Invalid value: "etcd_node": "app" and "etcd.database.coreos.com/serving" and labels starting with "etcd_" are reserved for the hook`}},
 		{"name too long", "the client Service <name>-client must fit 63 characters", func(c *EtcdCluster) { c.Name = strings.Repeat("a", 57) },
 			[]string{"metadata.name: Too long: may not be more than 56 bytes"}},
 	}

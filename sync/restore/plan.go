@@ -81,21 +81,31 @@ func Plan(o *Observed) Decision {
 		return d
 	}
 
-	// What the cluster says wins: it is the one that acts.
+	// What the cluster says wins: it is the one that acts. Its bootstrap
+	// record is the proof of a commit, and outranks a phase from before
+	// it: a cluster status written by an earlier hook release could say
+	// Verifying after the commit (see the cluster planner's
+	// carriedRestoreStatus).
 	if cluster != nil {
 		id := RequestID(r)
+		b := cluster.Status.Bootstrap
+		committed := b != nil && b.Restore != nil && b.Restore.Request == id
 		if cs := cluster.Status.Restore; cs != nil && cs.Request == id {
 			st.Location, st.Revision, st.EtcdVersion, st.RestoredAt = cs.Location, cs.Revision, cs.EtcdVersion, cs.RestoredAt
-			switch cs.Phase {
-			case v1beta2.RestoreCompleted:
+			switch {
+			case cs.Phase == v1beta2.RestoreCompleted:
 				return set(cs.Phase, metav1.ConditionTrue, ReasonCompleted, cs.Message)
-			case v1beta2.RestoreFailed, v1beta2.RestoreRefused:
+			case cs.Phase == v1beta2.RestoreFailed || cs.Phase == v1beta2.RestoreRefused:
 				return set(cs.Phase, metav1.ConditionFalse, string(cs.Phase), cs.Message)
+			case committed && cs.Phase != v1beta2.RestoreRestoring:
+				st.RestoredAt = b.Restore.RestoredAt
+				return set(v1beta2.RestoreRestoring, metav1.ConditionUnknown, string(v1beta2.RestoreRestoring),
+					fmt.Sprintf("the cluster committed the restore from %s and is starting its members on the restored data", b.Restore.Source.Location()))
 			default:
 				return set(cs.Phase, metav1.ConditionUnknown, string(cs.Phase), cs.Message)
 			}
 		}
-		if b := cluster.Status.Bootstrap; b != nil && b.Restore != nil && b.Restore.Request == id {
+		if committed {
 			// Done, though the cluster's status.restore has moved on to a
 			// later request.
 			st.Location, st.Revision, st.EtcdVersion, st.RestoredAt = b.Restore.Source.Location(), b.Restore.Revision, b.Restore.EtcdVersion, b.Restore.RestoredAt

@@ -30,6 +30,13 @@ func cluster(restore *v1beta2.ClusterRestoreStatus) *v1beta2.EtcdCluster {
 		Status: v1beta2.ClusterStatus{Restore: restore}}
 }
 
+// committed gives the cluster a bootstrap record of request r-1's restore.
+func committed(c *v1beta2.EtcdCluster) *v1beta2.EtcdCluster {
+	c.Status.Bootstrap = &v1beta2.BootstrapStatus{SeedMember: "demo-abcde", Bootstrapped: true,
+		Restore: &v1beta2.RestoreRecord{Request: "EtcdRestore/r-1", Source: v1beta2.ResolvedSource{S3: &v1beta2.S3BackupSource{Path: "b/k", AWSSecret: "aws"}}}}
+	return c
+}
+
 var awsSecret = map[string]*corev1.Secret{"aws": {Data: map[string][]byte{"credentials": []byte("[default]\n")}}}
 
 type outcome struct {
@@ -62,6 +69,12 @@ func TestPlan(t *testing.T) {
 			outcome{Phase: v1beta2.RestoreFailed, Reason: "Failed", Status: metav1.ConditionFalse}},
 		{"completed", "succeeded once the cluster runs on the restored data",
 			Observed{Restore: request(), Clusters: map[string]*v1beta2.EtcdCluster{"demo": cluster(&v1beta2.ClusterRestoreStatus{Request: "EtcdRestore/r-1", Phase: v1beta2.RestoreCompleted})}},
+			outcome{Succeeded: true, Phase: v1beta2.RestoreCompleted, Reason: ReasonCompleted, Status: metav1.ConditionTrue}},
+		{"verifying after the commit", "a cluster status that still says Verifying (written by an earlier hook release over the commit) is outranked by the bootstrap record: the restore is under way, not being verified",
+			Observed{Restore: request(), Clusters: map[string]*v1beta2.EtcdCluster{"demo": committed(cluster(&v1beta2.ClusterRestoreStatus{Request: "EtcdRestore/r-1", Phase: v1beta2.RestoreVerifying}))}},
+			outcome{Phase: v1beta2.RestoreRestoring, Reason: string(v1beta2.RestoreRestoring), Status: metav1.ConditionUnknown}},
+		{"committed, status moved on", "the record names this request while status.restore reports a later one: done",
+			Observed{Restore: request(), Clusters: map[string]*v1beta2.EtcdCluster{"demo": committed(cluster(&v1beta2.ClusterRestoreStatus{Request: "EtcdRestore/later", Phase: v1beta2.RestoreRefused}))}},
 			outcome{Succeeded: true, Phase: v1beta2.RestoreCompleted, Reason: ReasonCompleted, Status: metav1.ConditionTrue}},
 		{"another request", "the cluster reporting another request's restore says nothing of this one",
 			Observed{Restore: request(), Clusters: map[string]*v1beta2.EtcdCluster{"demo": cluster(&v1beta2.ClusterRestoreStatus{Request: "EtcdRestore/other", Phase: v1beta2.RestoreCompleted})}, Secrets: awsSecret},
