@@ -135,6 +135,17 @@ func scenario(data []byte) *Observed {
 			}
 		}
 	}
+	// Who serves clients: the client Service of this release or of an
+	// earlier one, and which Pods carry LabelServing already.
+	svc, serving := next(), next()
+	if svc&1 != 0 {
+		o.Services[ClientServiceName(c.Name)] = clientService(c, svc&2 != 0)
+	}
+	for i := range nMembers {
+		if pod := o.Pods[name(i)]; pod != nil && serving&(1<<i) != 0 {
+			labelled(pod)
+		}
+	}
 	return o
 }
 
@@ -187,6 +198,12 @@ func FuzzPlan(f *testing.F) {
 	f.Add([]byte{4, 2, 6, 3, 0x10, 0x10, 0x10, 0, 0, 0, 3, 1})
 	f.Add([]byte{4, 2, 6, 3, 0x10, 0x10, 0x10, 0, 0, 0, 1, 6})
 	f.Add([]byte{4, 2, 6, 3, 0x10, 0x20, 0x10, 0, 0, 0, 3, 5})
+	// Who serves clients: a learner's Pod labelled by hand; a client
+	// Service of an earlier release with no Pod labelled yet, and with
+	// one.
+	f.Add([]byte{5, 0, 6, 4, 0x10, 0x10, 0x10, 0x11, 50, 0, 0, 0, 0, 0, 3, 8})
+	f.Add([]byte{4, 0, 6, 3, 0x10, 0x10, 0x10, 0, 0, 0, 0, 0, 1, 0})
+	f.Add([]byte{4, 0, 6, 3, 0x10, 0x10, 0x10, 0, 0, 0, 0, 0, 1, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		o := scenario(data)
 		before := fmt.Sprint(o.Membership)
@@ -223,9 +240,44 @@ func FuzzPlan(f *testing.F) {
 			}
 		}
 
+		// No client is sent to a learner or a member that never ran: the
+		// client Service selects LabelServing, and no answer adds it to
+		// such a member's Pod (see serving.go; a voter never becomes a
+		// learner again, so a Pod the hook labelled stays a voter's, and
+		// a frozen cluster keeps what was applied). Nor does an answer switch
+		// a client Service that selects every member to LabelServing
+		// before a ready Pod carries it: that would leave it no endpoint.
+		frozen := len(o.SpecErrors) > 0 || o.Cluster.Spec.Paused
+		if o.Membership != nil {
+			for _, m := range o.Membership.Members {
+				if !m.IsLearner && m.Started() {
+					continue
+				}
+				n := MemberName(m, o.Cluster.Name)
+				if was := o.Pods[n]; was != nil && was.Labels[LabelServing] != "" {
+					continue
+				}
+				for _, c := range d.Children {
+					if pod, ok := podObject(c); ok && c.Kind == KindPod && c.Name == n && pod.Labels[LabelServing] != "" {
+						t.Fatalf("member %s (learner %v, started %v) gets %s", n, m.IsLearner, m.Started(), LabelServing)
+					}
+				}
+			}
+		}
+		if svc := o.Services[ClientServiceName(o.Cluster.Name)]; svc != nil && svc.Spec.Selector[LabelServing] == "" {
+			labelled := false
+			for _, pod := range o.Pods {
+				labelled = labelled || (pod.Labels[LabelServing] == "true" && podReady(pod))
+			}
+			for _, c := range d.Children {
+				if out, ok := c.Object.(*corev1.Service); ok && c.Name == svc.Name && out.Spec.Selector[LabelServing] != "" && !labelled {
+					t.Fatalf("the client Service selects %s before any ready Pod carries it", LabelServing)
+				}
+			}
+		}
+
 		// An invalid spec, a pause, or a membership that cannot be read
 		// keeps every observed Pod exactly as it was last applied.
-		frozen := len(o.SpecErrors) > 0 || o.Cluster.Spec.Paused
 		if frozen || o.Membership == nil || o.Membership.Stale {
 			for name, pod := range o.Pods {
 				// A verified restore replaces every Pod; a failed one drops

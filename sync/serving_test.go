@@ -87,11 +87,6 @@ func TestServingLabel(t *testing.T) {
 		size:   4, edits: []func(*Observed){three, withLearner(100)},
 		want: servingOutcome{Serving: []string{m1, m2, m3}, SelectorServing: true},
 	}, {
-		name:   "learner labelled by hand",
-		reason: "a label on a learner's Pod that the hook did not set is taken off",
-		size:   4, edits: []func(*Observed){three, withLearner(100), func(o *Observed) { labelled(o.Pods[m4]) }},
-		want: servingOutcome{Serving: []string{m1, m2, m3}, SelectorServing: true},
-	}, {
 		name:   "promoted, caught up",
 		reason: "the answer to the sync that promoted a caught-up learner labels it at once",
 		size:   4, edits: []func(*Observed){three, withLearner(100), func(o *Observed) {
