@@ -274,6 +274,8 @@ var invalidClusters = []struct {
 		want: []string{`spec: Invalid value: spec.pod.labels: the labels "app" and "etcd.database.coreos.com/serving" and labels starting with "etcd_" are reserved for the hook`}},
 	{name: "reserved-label-etcd", spec: `{size: 3, pod: {labels: {etcd_node: x}}}`,
 		want: []string{`spec: Invalid value: spec.pod.labels: the labels "app" and "etcd.database.coreos.com/serving" and labels starting with "etcd_" are reserved for the hook`}},
+	{name: "reserved-label-serving", spec: `{size: 3, pod: {labels: {etcd.database.coreos.com/serving: "true"}}}`,
+		want: []string{`spec: Invalid value: spec.pod.labels: the labels "app" and "etcd.database.coreos.com/serving" and labels starting with "etcd_" are reserved for the hook`}},
 	{name: "tls-operator-secret-alone", spec: `{size: 3, TLS: {static: {operatorSecret: etcd-client-tls}}}`,
 		want: []string{`spec.TLS: Invalid value: spec.TLS.static: operatorSecret and member.serverSecret are set together or not at all`}},
 	{name: "tls-server-secret-alone", spec: `{size: 3, TLS: {static: {member: {peerSecret: etcd-peer-tls, serverSecret: etcd-server-tls}}}}`,
