@@ -353,20 +353,42 @@ func endpointIncluded(pod Object, svc Object) bool {
 }
 
 func serviceIPs(api *APIServer, namespace, name string) []netip.Addr {
+	var out []netip.Addr
+	for _, ep := range ServiceEndpoints(api, namespace, name) {
+		out = append(out, ep.IP)
+	}
+	return out
+}
+
+// Endpoint is one address a Service sends connections to, and the Pod
+// behind it.
+type Endpoint struct {
+	Pod string
+	IP  netip.Addr
+}
+
+// ServiceEndpoints are a Service's endpoints as kube-proxy would pick
+// them (the harness has no EndpointSlices): the Pods its selector matches
+// that have an IP and are Ready and not terminating, or that merely have
+// an IP if it publishes not-ready addresses; sorted by Pod name. The
+// cluster DNS answers <service>.<namespace>.svc with these, and a test
+// that judges where clients are sent must read the same.
+func ServiceEndpoints(api *APIServer, namespace, name string) []Endpoint {
 	svc, ok := api.Get(Ref{Type: TypeService, Namespace: namespace, Name: name})
 	if !ok {
 		return nil
 	}
 	sel, _ := nested(svc, "spec", "selector")
-	var out []netip.Addr
+	var out []Endpoint
 	for _, pod := range api.List(TypePod, namespace) {
 		if !matchServiceSelector(sel, podLabels(pod)) || !endpointIncluded(pod, svc) {
 			continue
 		}
 		if ip, err := netip.ParseAddr(nestedString(pod, "status", "podIP")); err == nil {
-			out = append(out, ip)
+			out = append(out, Endpoint{Pod: nestedString(pod, "metadata", "name"), IP: ip})
 		}
 	}
+	slices.SortFunc(out, func(a, b Endpoint) int { return strings.Compare(a.Pod, b.Pod) })
 	return out
 }
 
