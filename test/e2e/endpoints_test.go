@@ -76,7 +76,9 @@ func TestNoClientReachesALearner(t *testing.T) {
 	// 64 MiB (five learners each catching up on it, on two cores) was
 	// seen to miss.
 	s.rollResources("emptyDir", 3, false, map[string]string{"cpu": "100m", "memory": "64Mi"})
-	w.check("rolling change of resources, 3 members (emptyDir)")
+	// rollResources checked its writer: every acknowledged put was read back.
+	_, acked := s.w.Counts()
+	w.reportServing("rolling change of resources, 3 members (emptyDir)", w.check("rolling change of resources, 3 members (emptyDir)"), Figure{Acked: acked})
 
 	s.fill("/serving/data/", servingData)
 	step := "scale 3→5 with 64 MiB"
@@ -85,8 +87,8 @@ func TestNoClientReachesALearner(t *testing.T) {
 	start, syncs := time.Now(), s.syncs()
 	s.patchSize(5)
 	s.holdLearner(step)
-	s.converge(step, start, syncs, 5)
-	w.checkHeld(step)
+	fig := s.converge(step, start, syncs, 5)
+	w.reportServing(step, w.checkHeld(step), fig)
 
 	step = "a dead member replaced (emptyDir, 64 MiB)"
 	s.startWriter("serving-dead-member")
@@ -106,11 +108,24 @@ func TestNoClientReachesALearner(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.holdLearner(step)
-	s.converge(step, start, syncs, 5)
+	fig = s.converge(step, start, syncs, 5)
 	if _, ok := s.members()[victim]; ok {
 		t.Errorf("%s: %s is still a member after its Pod was deleted on emptyDir", step, victim)
 	}
-	w.stopHeld(step)
+	w.reportServing(step, w.stopHeld(step), fig)
+}
+
+// reportServing puts a step's line in the failure table (RELIABILITY.md).
+func (w *servingWatch) reportServing(step string, win servingWindow, fig Figure) {
+	w.t.Helper()
+	f := Failure{
+		Fault:    "learners in the cluster: " + step,
+		Expected: "no learner among the client Service's ready endpoints at any sample; no client sent to one is refused",
+		Observed: fmt.Sprintf("%d samples, %d with a learner (%d with its Pod Ready), %d with a learner among the ready endpoints; round-robin client over the ready endpoints: %d operations, %d refused by a learner",
+			win.Samples, win.LearnerSamples, win.ReadyLearnerSamples, win.Violations, win.Ops, win.Refused),
+		Acked: fig.Acked, Lost: fig.Lost, Undisturbed: true,
+	}
+	ReportFailure(w.t, f)
 }
 
 // holdLearner keeps the hook from acting, its syncs failing as when it is
@@ -283,18 +298,20 @@ func (w *servingWatch) halt() {
 
 // checkHeld is check for a window in which holdLearner held a learner:
 // the sampler must have seen its Pod Ready.
-func (w *servingWatch) checkHeld(step string) {
+func (w *servingWatch) checkHeld(step string) servingWindow {
 	w.t.Helper()
-	if win := w.check(step); win.ReadyLearnerSamples == 0 {
+	win := w.check(step)
+	if win.ReadyLearnerSamples == 0 {
 		w.t.Errorf("%s: no sample saw a learner with a Ready Pod, though one was held", step)
 	}
+	return win
 }
 
 // stopHeld is stop for a window in which holdLearner held a learner.
-func (w *servingWatch) stopHeld(step string) {
+func (w *servingWatch) stopHeld(step string) servingWindow {
 	w.t.Helper()
 	w.halt()
-	w.checkHeld(step)
+	return w.checkHeld(step)
 }
 
 // check judges the window that ends now. A window must have read the
