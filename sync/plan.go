@@ -42,8 +42,11 @@ const (
 const StartTimeout = 5 * time.Minute
 
 type planner struct {
-	o    *Observed
-	spec v1beta2.ClusterSpec
+	o *Observed
+	// observed is the request as it came, before the planner took any
+	// child out of o.
+	observed *Observed
+	spec     v1beta2.ClusterSpec
 	// rec is the bootstrap record this sync writes; see bootstrap.go.
 	rec *v1beta2.BootstrapStatus
 	// restoreStatus and newest are written to status.restore and
@@ -67,7 +70,7 @@ func Plan(observed *Observed) (d Decision) {
 	// caller's observation stays as it was, since it may plan again on it.
 	o := *observed
 	o.Pods, o.PVCs = maps.Clone(o.Pods), maps.Clone(o.PVCs)
-	p := &planner{o: &o, spec: o.Cluster.Spec.WithDefaults(), serving: map[string]bool{}}
+	p := &planner{o: &o, observed: observed, spec: o.Cluster.Spec.WithDefaults(), serving: map[string]bool{}}
 	p.rec = p.bootstrapRecord()
 	p.restoreStatus = p.carriedRestoreStatus()
 	p.newest = p.newestBackup()

@@ -260,6 +260,17 @@ func observeFetch(pod *corev1.Pod) fetchState {
 // file for the steps.
 func (p *planner) planRestore(req *restoreRequest) Decision {
 	seed := p.restoreSeedName(req.id)
+	// On a cluster restored before, dropSuperseded took every Pod of
+	// another etcd cluster than the recorded one out of view: this
+	// request's seed among them, which belongs to the cluster the request
+	// is making. Without it the fetch is never seen verified, and the
+	// request never committed.
+	if pod, ok := p.observed.Pods[seed]; ok {
+		p.o.Pods[seed] = pod
+	}
+	if claim, ok := p.observed.PVCs[seed]; ok {
+		p.o.PVCs[seed] = claim
+	}
 	pod := p.o.Pods[seed]
 	fetch := observeFetch(pod)
 	status := &v1beta2.ClusterRestoreStatus{Request: req.id, Origin: req.origin, Location: req.source.Location()}

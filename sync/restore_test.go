@@ -83,6 +83,41 @@ func restoredThree(o *Observed) {
 	o.Membership = membership(9, member(9, restoreSeed), member(2, name(2)), member(3, name(3)))
 }
 
+// The second EtcdRestore of a cluster, applied after the first was
+// carried out and deleted.
+const secondUID = "7e57a11e-0000-4000-8000-000000000002"
+
+var (
+	secondID   = "EtcdRestore/" + secondUID
+	secondSeed = SeedName(testCluster, testUID+"/restore/"+secondID)
+)
+
+// secondRestore asks for a restore from another backup over the cluster
+// restoredThree made; its seed's fetch exited with code (-1: still
+// running).
+func secondRestore(code int32, result string) func(*Observed) {
+	return func(o *Observed) {
+		etcdRestore(func(r *v1beta2.EtcdRestore) {
+			r.UID = secondUID
+			s3 := *s3Source
+			s3.Path = "backups/later.db"
+			r.Spec.S3 = &s3
+		})(o)
+		p := memberPod(secondSeed, corev1.PodPending, false)
+		p.Annotations[AnnotationSeedMember] = secondSeed
+		p.Annotations[AnnotationRestoreRequest] = secondID
+		if code >= 0 {
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{
+				Name: restoreFetchContainer,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+					ExitCode: code, Message: result, FinishedAt: metav1.NewTime(testNow.Add(-10e9)),
+				}},
+			}}
+		}
+		o.Pods[p.Name] = p
+	}
+}
+
 // statusBeforeCommit: the status read is the one written before the
 // commit (Verifying, the old cluster's record), as when the commit's
 // status write was lost, or a sync on a stale cache overwrote it.
@@ -127,6 +162,8 @@ func TestRestorePlan(t *testing.T) {
 	old := []string{name(1), name(2), name(3)}
 	restored := []string{name(2), name(3), restoreSeed}
 	slices.Sort(restored)
+	withSecondSeed := append(slices.Clone(restored), secondSeed)
+	slices.Sort(withSecondSeed)
 	withSeed := append(slices.Clone(old), restoreSeed)
 	slices.Sort(withSeed)
 	good := `{"succeeded":true,"source":"s3://backups/demo.db","size":1024,"sha256":"ab","revision":4711,"etcdVersion":"3.6.16"}`
@@ -201,6 +238,16 @@ func TestRestorePlan(t *testing.T) {
 			o.Cluster.Status = v1beta2.ClusterStatus{}
 		}},
 		want: restoreOutcome{Pods: restored, Seed: restoreSeed, Restored: restoreID, Phase: v1beta2.RestoreCompleted},
+	}, {
+		name:   "a second restore, requested",
+		reason: "over a cluster restored before, a new EtcdRestore's seed starts beside the members, which are untouched",
+		edits:  []func(*Observed){restoredThree, secondRestore(-1, "")},
+		want:   restoreOutcome{Pods: withSecondSeed, Seed: restoreSeed, Restored: restoreID, Phase: v1beta2.RestoreVerifying},
+	}, {
+		name:   "a second restore, verified",
+		reason: "its seed's Pod is of another etcd cluster than the recorded one, yet it is this request's: once it has verified the snapshot the request is committed, and the members of the first restore are dropped",
+		edits:  []func(*Observed){restoredThree, secondRestore(0, good)},
+		want:   restoreOutcome{Pods: []string{secondSeed}, Seed: secondSeed, Restored: secondID, Phase: v1beta2.RestoreRestoring},
 	}, {
 		name:   "every member lost",
 		reason: "a restore over a lost cluster starts the restored seed and nothing empty",
