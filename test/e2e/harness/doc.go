@@ -34,7 +34,13 @@
 //     A deleted parent gets deletionTimestamp (and a new generation) and the
 //     finalize hook is called until it answers finalized: true. Child
 //     operations the API server refuses are recorded as ApplyErrors and fail
-//     the test at Close unless taken with TakeApplyErrors.
+//     the test at Close unless taken with TakeApplyErrors. A sync reads the
+//     parent fresh, unless ControllerConfig.ParentCacheLag (or
+//     SetParentCacheLag) serves it as an informer cache that lags the API
+//     server would: the newest version at least that old. The status is
+//     written by UID over the current one, as Metacontroller's
+//     AtomicStatusUpdate does, so a status computed from a stale parent
+//     replaces a newer one, as it can on a real cluster.
 //     Hooks on https URLs (webhooktls.go) are verified as by Metacontroller
 //     v4.16+: against the hook's caBundle (inline, secretRef or
 //     configMapRef, key ca.crt by default), else the one of the first

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,6 +81,21 @@ type ControllerConfig struct {
 	// EndpointConfigs is spec.endpointConfigs: the caBundle of the hooks
 	// whose URL host matches an entry's host [none].
 	EndpointConfigs []EndpointConfig
+
+	// ParentCacheLag, when positive, serves each sync the parent as an
+	// informer cache that lags the API server by this much would: the
+	// newest version at least this old, or the oldest one kept of this
+	// parent (same UID) when none is. See cachedParent [0: the parent is
+	// read fresh from the API server]. SetParentCacheLag changes it later.
+	ParentCacheLag time.Duration
+
+	// ApplyOrder lists child type keys ("Service.v1") in the order their
+	// creates and updates are made in each sync; types it leaves out
+	// follow in ChildTypes order [ChildTypes order]. Metacontroller walks
+	// a Go map of the desired children, so its order differs from sync to
+	// sync: a promise that holds only in one order (a Service that must
+	// not select Pods before they are labelled) is tested in the other.
+	ApplyOrder []string
 }
 
 func (c *ControllerConfig) defaults() {
@@ -199,6 +215,14 @@ type Metacontroller struct {
 	records      []SyncRecord
 	applyErrs    []ApplyError
 	taken        int // applyErrs[:taken] were handed to the test
+
+	// parentLag is the current ParentCacheLag; parentVersions holds, by
+	// namespace/name, the versions of each parent a lagging cache could
+	// still serve, oldest first, all of one UID. See cachedParent.
+	parentLag      time.Duration
+	parentVersions map[string][]parentVersion
+	// now is the clock of the parent cache [time.Now]; tests set it.
+	now func() time.Time
 }
 
 // NewMetacontroller creates the emulator; Start makes it run. Like
@@ -220,6 +244,7 @@ func NewMetacontroller(api *APIServer, cfg ControllerConfig) (*Metacontroller, e
 		types:   map[string]ChildType{},
 		sem:     make(chan struct{}, cfg.Workers),
 		workers: map[string]*parentWorker{}, metrics: map[string]*Metrics{},
+		parentLag: cfg.ParentCacheLag, parentVersions: map[string][]parentVersion{}, now: time.Now,
 	}
 	hooks := []struct {
 		name   string
@@ -307,6 +332,7 @@ func (mc *Metacontroller) Start(ctx context.Context) {
 	mc.ctx, mc.cancel = context.WithCancel(ctx)
 	mc.unsub = mc.api.Subscribe(mc.onEvent)
 	for _, p := range mc.api.List(mc.cfg.ParentType, "") {
+		mc.observeParent(p)
 		mc.enqueue(RefOf(p))
 	}
 }
@@ -329,9 +355,12 @@ func (mc *Metacontroller) Stop() {
 
 func (mc *Metacontroller) onEvent(ev Event) {
 	if ev.Ref.Type == mc.cfg.ParentType {
-		if ev.Type != Deleted {
-			mc.enqueue(ev.Ref)
+		if ev.Type == Deleted {
+			mc.forgetParent(ev.Ref)
+			return
 		}
+		mc.observeParent(ev.Object)
+		mc.enqueue(ev.Ref)
 		return
 	}
 	if mc.isRelatedType(ev.Ref.Type) {
@@ -538,6 +567,7 @@ func (mc *Metacontroller) syncParent(ctx context.Context, w *parentWorker) error
 	if !ok {
 		return nil
 	}
+	parent = mc.cachedParent(parent)
 	finalizing := isTerminating(parent)
 	fin := mc.Finalizer()
 	if !containsString(finalizersOf(parent), fin) {
@@ -613,6 +643,9 @@ func (mc *Metacontroller) syncParent(ctx context.Context, w *parentWorker) error
 	}
 	gen, _ := nestedInt(parent, "metadata", "generation")
 	status["observedGeneration"] = gen
+	// As Metacontroller's AtomicStatusUpdate: by UID, over whatever status
+	// the parent has now, even when the hook computed this one from an
+	// older parent (ParentCacheLag).
 	changed, err := mc.api.UpdateStatus(w.ref, uid, status)
 	if err != nil {
 		return errors.Join(manageErr, fmt.Errorf("update parent status: %w", err))
@@ -780,8 +813,8 @@ func (mc *Metacontroller) manageChildren(key string, parent Object, observed, de
 			mc.count(key, func(m *Metrics) { m.ChildDeletes++ })
 		}
 	}
-	for _, t := range mc.cfg.ChildTypes {
-		typ := t.Key()
+	for _, typ := range mc.applyOrder() {
+		t := mc.types[typ]
 		for _, name := range sortedKeys(desired[typ]) {
 			want := desired[typ][name]
 			ref := RefOf(want)
@@ -935,6 +968,107 @@ func (mc *Metacontroller) HideChildren(namespace, name string, hide bool) {
 		mc.hideChildren = map[string]bool{}
 	}
 	mc.hideChildren[namespace+"/"+name] = hide
+}
+
+// applyOrder is the order of child types in which manageChildren creates
+// and updates: ApplyOrder first, then the rest of ChildTypes.
+func (mc *Metacontroller) applyOrder() []string {
+	order := slices.Clone(mc.cfg.ApplyOrder)
+	for _, t := range mc.cfg.ChildTypes {
+		if !slices.Contains(order, t.Key()) {
+			order = append(order, t.Key())
+		}
+	}
+	return order
+}
+
+// SetParentCacheLag sets ControllerConfig.ParentCacheLag from now on; 0
+// turns it off. See cachedParent.
+func (mc *Metacontroller) SetParentCacheLag(lag time.Duration) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	mc.parentLag = lag
+}
+
+// parentVersion is one version of a parent as the watch delivered it.
+type parentVersion struct {
+	seen time.Time
+	rv   int64
+	obj  Object
+}
+
+// observeParent keeps a version of a parent for cachedParent. A version
+// of another UID (the parent deleted and created again) replaces them
+// all; one not newer than the newest kept (an event delivered late) is
+// left out.
+func (mc *Metacontroller) observeParent(obj Object) {
+	key := parentKey(RefOf(obj))
+	rv, err := strconv.ParseInt(nestedString(obj, "metadata", "resourceVersion"), 10, 64)
+	if err != nil {
+		return
+	}
+	uid := nestedString(obj, "metadata", "uid")
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	vs := mc.parentVersions[key]
+	if len(vs) > 0 && nestedString(vs[0].obj, "metadata", "uid") != uid {
+		vs = nil
+	}
+	if n := len(vs); n > 0 && vs[n-1].rv >= rv {
+		return
+	}
+	now := mc.now()
+	vs = append(vs, parentVersion{seen: now, rv: rv, obj: copyObject(obj)})
+	// Only the newest version old enough to be served, and the newer
+	// ones, can be served again.
+	for len(vs) > 1 && !vs[1].seen.After(now.Add(-mc.parentLag)) {
+		vs = vs[1:]
+	}
+	mc.parentVersions[key] = vs
+}
+
+func (mc *Metacontroller) forgetParent(ref Ref) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	delete(mc.parentVersions, parentKey(ref))
+}
+
+// cachedParent is the parent a sync is served, given fresh, the parent as
+// the API server has it now. Without ParentCacheLag that is fresh itself.
+//
+// With it, it is what Metacontroller's informer cache could hold: the
+// newest version seen at least ParentCacheLag ago, or, when every version
+// is younger, the oldest one kept, never one from before the parent (this
+// UID) existed. Metacontroller (v4.17.2 as any other) syncs a parent from
+// its informer cache, which need not hold yet the status the previous
+// sync wrote; and its status write, AtomicStatusUpdate, answers a
+// conflict by reading the object again and writing the same status it
+// computed, so a status computed from a stale parent replaces a newer
+// one. A hook that carries state from status to status (a phase that
+// moves on) can thus see, and write back, a state it already left: that
+// left an EtcdRestore Verifying for good although the restore was done.
+// syncParent writes the status by UID as AtomicStatusUpdate does, so
+// serving the stale parent is all the emulation needs. Children (and
+// related objects) are still read fresh. The lag is fixed rather than
+// random so that a scenario gets the same window every run.
+func (mc *Metacontroller) cachedParent(fresh Object) Object {
+	mc.observeParent(fresh)
+	key := parentKey(RefOf(fresh))
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	vs := mc.parentVersions[key]
+	if mc.parentLag <= 0 || len(vs) == 0 || nestedString(vs[0].obj, "metadata", "uid") != nestedString(fresh, "metadata", "uid") {
+		return fresh
+	}
+	cutoff := mc.now().Add(-mc.parentLag)
+	served := vs[0]
+	for _, v := range vs[1:] {
+		if v.seen.After(cutoff) {
+			break
+		}
+		served = v
+	}
+	return copyObject(served.obj)
 }
 
 // AnnotateParent sets (or, with value "", removes) an annotation on the
