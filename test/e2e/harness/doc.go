@@ -40,7 +40,9 @@
 //     server would: the newest version at least that old. The status is
 //     written by UID over the current one, as Metacontroller's
 //     AtomicStatusUpdate does, so a status computed from a stale parent
-//     replaces a newer one, as it can on a real cluster.
+//     replaces a newer one, as it can on a real cluster. Child types are
+//     created and updated in ChildTypes order, or ControllerConfig.ApplyOrder
+//     first: Metacontroller walks a Go map, so any order happens there.
 //     Hooks on https URLs (webhooktls.go) are verified as by Metacontroller
 //     v4.16+: against the hook's caBundle (inline, secretRef or
 //     configMapRef, key ca.crt by default), else the one of the first
