@@ -154,6 +154,11 @@ func TestServingLabel(t *testing.T) {
 		}},
 		want: servingOutcome{Serving: []string{m1, m2, m3}, SelectorServing: true},
 	}, {
+		name:   "restore verifying",
+		reason: "the seed of a restore not yet committed runs another etcd cluster than the one clients use: its Pod gets no label, so even a seed that started while the hook was down takes no client",
+		size:   3, edits: []func(*Observed){runningThree, etcdRestore()},
+		want: servingOutcome{Serving: []string{m1, m2, m3}, SelectorServing: true},
+	}, {
 		name:   "only voter back on its claim",
 		reason: "a single member's Pod rendered again on its claim is the whole cluster: it serves from its first start",
 		size:   1, edits: []func(*Observed){persistent, func(o *Observed) {
