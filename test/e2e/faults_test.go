@@ -374,6 +374,7 @@ func (s *scenario) checkServed(fault string, w faultWatch, settle time.Duration)
 // Fault 1: a member, the leader, cut off the network for 30 s. Its Pod
 // keeps running, so the hook must sit it out: no removal, no replacement.
 func TestFaultPartitionedMember(t *testing.T) {
+	longTail(t, "a member cut off, kept and caught up, is TestFaultFrozenMembers")
 	harness.RequirePartition(t)
 	s := newFaultScenario(t, harness.Options{Kubelet: harness.KubeletConfig{PodGroups: true}})
 	s.create("setup", faultVersion, 3)
@@ -602,6 +603,7 @@ func (s *scenario) quorumLost() {
 // (emptyDir: the data is gone, the members are replaced) and then
 // killed (kill -9: they restart on their data, nothing changes).
 func TestFaultTwoOfFiveMembersLost(t *testing.T) {
+	longTail(t, "dead members' replacement is TestNoClientReachesALearner, killed members' restart TestKilledMemberRestartsWithoutMembershipChange")
 	s := newFaultScenario(t, harness.Options{})
 	s.create("setup", faultVersion, 5)
 	s.twoPodsDeleted()

@@ -333,6 +333,7 @@ func (s *scenario) recreateEmpty(lostSeed, lostID string) time.Duration {
 // cluster whose data is on PVCs. The claims go when their Pods do, and
 // with them the data: the same refusal as on emptyDir.
 func TestAllPodsAndClaimsDeleted(t *testing.T) {
+	longTail(t, "no silent re-bootstrap is TestAllMembersLost")
 	s := newFaultScenario(t, harness.Options{})
 	s.createSpec("setup (PVCs)", map[string]any{"size": 3, "version": faultVersion, "pod": map[string]any{
 		"persistentVolumeClaimSpec": map[string]any{

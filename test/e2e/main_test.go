@@ -19,3 +19,14 @@ func TestMain(m *testing.M) {
 	}
 	harness.Main(m)
 }
+
+// longTail skips a scenario under -short, which make test passes: each
+// such scenario repeats, on another path, a promise that a scenario make
+// test keeps already proves (named in why), and make test must stay under
+// 45 minutes on a fresh two-core machine. make test-full runs them all.
+func longTail(t *testing.T, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("long tail, run by make test-full: " + why)
+	}
+}

@@ -40,6 +40,7 @@ func TestRolloutSpecChangeWithPVCs(t *testing.T) {
 // that joins as a learner, is promoted, and then the outdated member is
 // removed.
 func TestRolloutSpecChangeOnEmptyDir(t *testing.T) {
+	longTail(t, "the emptyDir rollout is TestNoClientReachesALearner's, the PVC one TestRolloutSpecChangeWithPVCs")
 	testRollout(t, false)
 }
 

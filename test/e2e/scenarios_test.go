@@ -212,6 +212,7 @@ func TestSeedExampleConverges(t *testing.T) {
 
 // Scenario 1b: a cluster of 5 from nothing, one member at a time.
 func TestCreateFive(t *testing.T) {
+	longTail(t, "bootstrap is TestSeedExampleConverges, growth to five TestScale")
 	s := newScenario(t, "3.6.16")
 	Report(t, s.create("create, size 5, v3.6.16", "3.6.16", 5))
 	if got := len(s.members()); got != 5 {
@@ -250,6 +251,7 @@ func TestScale(t *testing.T) {
 // Scenario 3: a member's Pod is deleted; its data was on an emptyDir, so the
 // member is gone for good and must be replaced by a new one.
 func TestDeletedPodIsReplaced(t *testing.T) {
+	longTail(t, "a dead member's replacement is TestNoClientReachesALearner's")
 	s := seeded(t)
 	const step = "delete the leader's Pod"
 	s.startWriter("delete-pod")

@@ -83,6 +83,7 @@ func TestUpgradeRolling(t *testing.T) {
 // Scenario U2: five members upgraded while the leader's etcd is killed
 // (kill -9) halfway through, before its own turn.
 func TestUpgradeWithKilledMember(t *testing.T) {
+	longTail(t, "the health-gated rolling upgrade is TestUpgradeRolling, its halt TestUpgradeUnavailableVersionHaltsAndReverts")
 	s := upgradeScenario(t, oldVersion, newVersion)
 	s.create("setup", oldVersion, 5)
 	const step = "upgrade 3.5.35→3.6.16, 5 members, leader killed halfway"
@@ -210,6 +211,7 @@ func TestUpgradeUnavailableVersionHaltsAndReverts(t *testing.T) {
 // read the membership from, and setting the previous version back must
 // still repair it. Then the real upgrade goes through.
 func TestUpgradeSingleMember(t *testing.T) {
+	longTail(t, "the rolling upgrade is TestUpgradeRolling")
 	s := upgradeScenario(t, oldVersion, newVersion)
 	s.create("setup", oldVersion, 1)
 	s.startWriter("single-unavailable")
