@@ -51,18 +51,24 @@ func runningThree(o *Observed) {
 
 // fetchEnded is the restore seed's Pod after its fetch exited with code.
 func fetchEnded(code int32, result string) func(*Observed) {
-	return func(o *Observed) {
-		p := memberPod(restoreSeed, corev1.PodPending, false)
-		p.Annotations[AnnotationSeedMember] = restoreSeed
-		p.Annotations[AnnotationRestoreRequest] = restoreID
+	return func(o *Observed) { o.Pods[restoreSeed] = seedFetched(restoreSeed, restoreID, code, result) }
+}
+
+// seedFetched is the Pod of a restore's seed whose fetch exited with
+// code; -1: it has not ended yet.
+func seedFetched(seed, request string, code int32, result string) *corev1.Pod {
+	p := memberPod(seed, corev1.PodPending, false)
+	p.Annotations[AnnotationSeedMember] = seed
+	p.Annotations[AnnotationRestoreRequest] = request
+	if code >= 0 {
 		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{
 			Name: restoreFetchContainer,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 				ExitCode: code, Message: result, FinishedAt: metav1.NewTime(testNow.Add(-10e9)),
 			}},
 		}}
-		o.Pods[p.Name] = p
 	}
+	return p
 }
 
 // restoredThree is the cluster after the restore's seed started and two
@@ -103,18 +109,7 @@ func secondRestore(code int32, result string) func(*Observed) {
 			s3.Path = "backups/later.db"
 			r.Spec.S3 = &s3
 		})(o)
-		p := memberPod(secondSeed, corev1.PodPending, false)
-		p.Annotations[AnnotationSeedMember] = secondSeed
-		p.Annotations[AnnotationRestoreRequest] = secondID
-		if code >= 0 {
-			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{
-				Name: restoreFetchContainer,
-				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-					ExitCode: code, Message: result, FinishedAt: metav1.NewTime(testNow.Add(-10e9)),
-				}},
-			}}
-		}
-		o.Pods[p.Name] = p
+		o.Pods[secondSeed] = seedFetched(secondSeed, secondID, code, result)
 	}
 }
 

@@ -58,6 +58,24 @@ type backupScenario struct {
 	client *minio.Client
 }
 
+// newBackupScenario starts a real S3 server beside the scenario's
+// cluster, with the backups' bucket, a client of its own and the Secret
+// "aws" holding its credentials.
+func newBackupScenario(s *scenario) *backupScenario {
+	t := s.t
+	t.Helper()
+	b := &backupScenario{scenario: s, s3: s3test.Start(t)}
+	b.s3.CreateBucket(t, backupBucket)
+	client, err := minio.New(strings.TrimPrefix(b.s3.URL, "http://"), &minio.Options{
+		Creds: credentials.NewStaticV4(s3test.AccessKey, s3test.SecretKey, ""), Region: s3test.Region, BucketLookup: minio.BucketLookupPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.client = client
+	b.createSecret("aws", s3test.AccessKey, s3test.SecretKey)
+	return b
+}
+
 func (b *backupScenario) status(name string) BackupStatus {
 	var st BackupStatus
 	if obj, ok := b.env.BackupMC.Parent(ns, name); ok {
@@ -146,15 +164,7 @@ func (b *backupScenario) keys(prefix string) []string {
 func TestBackups(t *testing.T) {
 	s := newFaultScenario(t, harness.Options{Backups: true})
 	s.create("setup", faultVersion, 3)
-	b := &backupScenario{scenario: s, s3: s3test.Start(t)}
-	b.s3.CreateBucket(t, backupBucket)
-	client, err := minio.New(strings.TrimPrefix(b.s3.URL, "http://"), &minio.Options{
-		Creds: credentials.NewStaticV4(s3test.AccessKey, s3test.SecretKey, ""), Region: s3test.Region, BucketLookup: minio.BucketLookupPath})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.client = client
-	b.createSecret("aws", s3test.AccessKey, s3test.SecretKey)
+	b := newBackupScenario(s)
 	b.createSecret("aws-wrong", s3test.AccessKey, "not-the-secret")
 	before := s.world(s.c.PodNames())
 

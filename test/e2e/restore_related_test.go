@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/etcdhook/etcd-hook/internal/s3test"
@@ -96,15 +94,7 @@ func TestRestoreBesideRelatedBackups(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	b := &backupScenario{scenario: s, s3: s3test.Start(t)}
-	b.s3.CreateBucket(t, backupBucket)
-	client, err := minio.New(strings.TrimPrefix(b.s3.URL, "http://"), &minio.Options{
-		Creds: credentials.NewStaticV4(s3test.AccessKey, s3test.SecretKey, ""), Region: s3test.Region, BucketLookup: minio.BucketLookupPath})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.client = client
-	b.createSecret("aws", s3test.AccessKey, s3test.SecretKey)
+	b := newBackupScenario(s)
 	b.createSecret("aws-wrong", s3test.AccessKey, "not-the-secret")
 	slow := slowStore(t, b.s3.URL, "/rounds/", fetchDelay)
 

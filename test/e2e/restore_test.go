@@ -12,10 +12,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcdhook/etcd-hook/internal/s3test"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
@@ -200,15 +198,7 @@ func TestRestore(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	b := &backupScenario{scenario: s, s3: s3test.Start(t)}
-	b.s3.CreateBucket(t, backupBucket)
-	client, err := minio.New(strings.TrimPrefix(b.s3.URL, "http://"), &minio.Options{
-		Creds: credentials.NewStaticV4(s3test.AccessKey, s3test.SecretKey, ""), Region: s3test.Region, BucketLookup: minio.BucketLookupPath})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.client = client
-	b.createSecret("aws", s3test.AccessKey, s3test.SecretKey)
+	b := newBackupScenario(s)
 
 	s.startFaultWriter("restore")
 	s.waitWrites(writesAround)
