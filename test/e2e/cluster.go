@@ -80,8 +80,11 @@ func (c *Cluster) MemberURL(member string) string {
 
 // ServiceURL is the client Service, what an application would use.
 func (c *Cluster) ServiceURL() string {
-	return fmt.Sprintf("%s://%s-client.%s.svc:2379", c.scheme(), c.Name, c.Namespace)
+	return fmt.Sprintf("%s://%s.%s.svc:2379", c.scheme(), c.clientServiceName(), c.Namespace)
 }
+
+// clientServiceName is the client Service's name.
+func (c *Cluster) clientServiceName() string { return c.Name + "-client" }
 
 func (c *Cluster) scheme() string {
 	if clientTLSFor(c.Name+"."+c.Namespace+".svc") != nil {

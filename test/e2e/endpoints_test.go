@@ -560,9 +560,6 @@ func errorKind(err error) string {
 	return err.Error()
 }
 
-// clientServiceName is the client Service ServiceURL names.
-func (c *Cluster) clientServiceName() string { return c.Name + "-client" }
-
 // servingLabel is the label the client Service selects besides the
 // cluster's own: the hook's mark of a voting member that has caught up.
 const servingLabel = "etcd.database.coreos.com/serving"
