@@ -242,6 +242,10 @@ func membershipFrom(list *clientv3.MemberListResponse, statuses []endpointStatus
 			member.Errors = st.Errors
 			member.DBSize, member.DBSizeInUse = st.DbSize, st.DbSizeInUse
 			member.RaftAppliedIndex, member.Revision = st.RaftAppliedIndex, st.Header.Revision
+			member.StorageVersion = st.StorageVersion
+			if d := st.DowngradeInfo; d != nil && d.Enabled {
+				member.DowngradeTarget = d.TargetVersion
+			}
 			// A member that calls itself the leader is the authority.
 			if st.Leader == m.ID {
 				leaderVotes[m.ID] += len(statuses) + 1

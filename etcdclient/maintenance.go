@@ -47,6 +47,10 @@ func (c *cluster) maintain(ctx context.Context, a sync.Action) ([]sync.Member, e
 			return compact(ctx, cn, a.Revision)
 		case sync.ActionDisarmAlarm:
 			return disarmNoSpace(ctx, cn)
+		case sync.ActionEnableDowngrade:
+			return enableDowngrade(ctx, cn, a.Version)
+		case sync.ActionCancelDowngrade:
+			return cancelDowngrade(ctx, cn)
 		}
 		return nil
 	})
@@ -63,6 +67,39 @@ func (c *cluster) maintain(ctx context.Context, a sync.Action) ([]sync.Member, e
 		return nil, err
 	}
 	return members, nil
+}
+
+// enableDowngrade asks etcd to validate a downgrade to version ("3.6"),
+// then to enable it, as "etcdctl downgrade validate" and "enable" do. A
+// refused validation changes nothing and its reason is etcd's own (a
+// target that is not one minor below the cluster version, say). etcd then
+// lowers the cluster version, and each member its storage version; the
+// planner replaces binaries only once every member reports that.
+func enableDowngrade(ctx context.Context, cn *conn, version string) error {
+	mc := pb.NewMaintenanceClient(cn.cc)
+	_, err := mc.Downgrade(ctx, &pb.DowngradeRequest{Action: pb.DowngradeRequest_VALIDATE, Version: version})
+	if isEtcdError(err, rpctypes.ErrDowngradeInProcess) {
+		// A retried step whose first attempt went through.
+		return nil
+	}
+	if err != nil {
+		return wrap("downgrade validate "+version, err)
+	}
+	_, err = mc.Downgrade(ctx, &pb.DowngradeRequest{Action: pb.DowngradeRequest_ENABLE, Version: version})
+	if isEtcdError(err, rpctypes.ErrDowngradeInProcess) {
+		return nil
+	}
+	return wrap("downgrade enable "+version, err)
+}
+
+// cancelDowngrade ends an enabled downgrade: the cluster version then
+// follows the members' binaries again. None in flight is what was asked.
+func cancelDowngrade(ctx context.Context, cn *conn) error {
+	_, err := pb.NewMaintenanceClient(cn.cc).Downgrade(ctx, &pb.DowngradeRequest{Action: pb.DowngradeRequest_CANCEL})
+	if isEtcdError(err, rpctypes.ErrNoInflightDowngrade) {
+		return nil
+	}
+	return wrap("downgrade cancel", err)
 }
 
 // compact compacts the history up to revision, which etcd applies on

@@ -21,20 +21,26 @@ ETCD_BIN_DIR ?= $(ETCD_MK_ROOT)/bin
 
 ETCD_35_VERSION ?= 3.5.35
 ETCD_36_VERSION ?= 3.6.16
+ETCD_37_VERSION ?= 3.7.3
 # Debian bookworm's etcd-server package; not built here, see etcd-bin-3.4.
 ETCD_34_VERSION ?= 3.4.23
 
 ETCD_35_BIN := $(ETCD_BIN_DIR)/etcd-v$(ETCD_35_VERSION)
 ETCD_36_BIN := $(ETCD_BIN_DIR)/etcd-v$(ETCD_36_VERSION)
+ETCD_37_BIN := $(ETCD_BIN_DIR)/etcd-v$(ETCD_37_VERSION)
 ETCD_34_BIN := $(ETCD_BIN_DIR)/etcd-v$(ETCD_34_VERSION)
 ETCDCTL_35_BIN := $(ETCD_BIN_DIR)/etcdctl-v$(ETCD_35_VERSION)
 ETCDCTL_36_BIN := $(ETCD_BIN_DIR)/etcdctl-v$(ETCD_36_VERSION)
+ETCDCTL_37_BIN := $(ETCD_BIN_DIR)/etcdctl-v$(ETCD_37_VERSION)
 # etcdutl checks and restores the snapshots the backup agent stores; the
 # restore agent runs the cluster's own release of it, so both are tested.
 ETCDUTL_35_BIN := $(ETCD_BIN_DIR)/etcdutl-v$(ETCD_35_VERSION)
 ETCDUTL_36_BIN := $(ETCD_BIN_DIR)/etcdutl-v$(ETCD_36_VERSION)
+ETCDUTL_37_BIN := $(ETCD_BIN_DIR)/etcdutl-v$(ETCD_37_VERSION)
 
-ETCD_BINS := $(ETCD_35_BIN) $(ETCD_36_BIN) $(ETCDCTL_35_BIN) $(ETCDCTL_36_BIN) $(ETCDUTL_35_BIN) $(ETCDUTL_36_BIN)
+ETCD_BINS := $(ETCD_35_BIN) $(ETCD_36_BIN) $(ETCD_37_BIN) \
+	$(ETCDCTL_35_BIN) $(ETCDCTL_36_BIN) $(ETCDCTL_37_BIN) \
+	$(ETCDUTL_35_BIN) $(ETCDUTL_36_BIN) $(ETCDUTL_37_BIN)
 
 # CGO_ENABLED=0 matches etcd's release builds: a static binary that uses Go's
 # own DNS resolver, so tests see the same name-resolution behaviour as
@@ -62,17 +68,26 @@ $(ETCD_35_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.5/go.mod
 $(ETCD_36_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.6/go.mod
 	$(call ETCD_GOBUILD,tools/etcd-v3.6,$(ETCD_36_VERSION),go.etcd.io/etcd/server/v3)
 
+$(ETCD_37_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.7/go.mod
+	$(call ETCD_GOBUILD,tools/etcd-v3.7,$(ETCD_37_VERSION),go.etcd.io/etcd/server/v3)
+
 $(ETCDCTL_35_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.5/go.mod
 	$(call ETCD_GOBUILD,tools/etcd-v3.5,$(ETCD_35_VERSION),go.etcd.io/etcd/etcdctl/v3)
 
 $(ETCDCTL_36_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.6/go.mod
 	$(call ETCD_GOBUILD,tools/etcd-v3.6,$(ETCD_36_VERSION),go.etcd.io/etcd/etcdctl/v3)
 
+$(ETCDCTL_37_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.7/go.mod
+	$(call ETCD_GOBUILD,tools/etcd-v3.7,$(ETCD_37_VERSION),go.etcd.io/etcd/etcdctl/v3)
+
 $(ETCDUTL_35_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.5/go.mod
 	$(call ETCD_GOBUILD,tools/etcd-v3.5,$(ETCD_35_VERSION),go.etcd.io/etcd/etcdutl/v3)
 
 $(ETCDUTL_36_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.6/go.mod
 	$(call ETCD_GOBUILD,tools/etcd-v3.6,$(ETCD_36_VERSION),go.etcd.io/etcd/etcdutl/v3)
+
+$(ETCDUTL_37_BIN): | $(ETCD_BIN_DIR) $(ETCD_MK_ROOT)/tools/etcd-v3.7/go.mod
+	$(call ETCD_GOBUILD,tools/etcd-v3.7,$(ETCD_37_VERSION),go.etcd.io/etcd/etcdutl/v3)
 
 $(ETCD_BIN_DIR):
 	mkdir -p $@

@@ -16,12 +16,21 @@ const (
 	ActionCompact     ActionType = "compact"
 	ActionDefragment  ActionType = "defragment"
 	ActionDisarmAlarm ActionType = "disarm-nospace"
+
+	// etcd's downgrade protocol (see downgrade.go): they change the cluster
+	// version, never the membership.
+	ActionEnableDowngrade ActionType = "downgrade-enable"
+	ActionCancelDowngrade ActionType = "downgrade-cancel"
 )
 
 // Maintenance reports whether the action looks after etcd's database
 // rather than changing the membership.
 func (t ActionType) Maintenance() bool {
-	return t == ActionCompact || t == ActionDefragment || t == ActionDisarmAlarm
+	switch t {
+	case ActionCompact, ActionDefragment, ActionDisarmAlarm, ActionEnableDowngrade, ActionCancelDowngrade:
+		return true
+	}
+	return false
 }
 
 // Action is the one membership change a sync may make.
@@ -42,6 +51,8 @@ type Action struct {
 	LeaderEndpoint string
 	// Revision is what compact compacts the history to.
 	Revision int64
+	// Version is the release line a downgrade is enabled for: "3.6".
+	Version string
 	// Endpoint is the member defragment is sent to: a defragmentation
 	// works on the database of the member that receives it.
 	Endpoint string
@@ -67,6 +78,10 @@ func (a Action) String() string {
 		return fmt.Sprintf("defragment member %s (%x)", a.Name, a.MemberID)
 	case ActionDisarmAlarm:
 		return "disarm the NOSPACE alarm"
+	case ActionEnableDowngrade:
+		return "validate and enable etcd's downgrade to " + a.Version
+	case ActionCancelDowngrade:
+		return "cancel etcd's downgrade"
 	default:
 		return fmt.Sprintf("%s member %s (%x)", a.Type, a.Name, a.MemberID)
 	}

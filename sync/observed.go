@@ -94,6 +94,15 @@ type Member struct {
 	// the part of it that holds data (etcd 3.4 and later; 0 before): the
 	// rest is free pages that only a defragmentation gives back.
 	DBSize, DBSizeInUse int64
+	// StorageVersion is the release line the member's database is written
+	// for ("3.6.0"; etcd 3.6 and later, empty before). It follows the
+	// cluster version, so in a downgrade it says when a member's data can
+	// be opened by the lower release.
+	StorageVersion string
+	// DowngradeTarget is the version etcd's downgrade is enabled for, as
+	// the member knows it ("3.6.0"), or empty when none is (etcd 3.6 and
+	// later).
+	DowngradeTarget string
 }
 
 // Started reports whether the member has ever run: etcd fills in a member's
@@ -123,6 +132,7 @@ func (ms *Membership) WithMembers(members []Member) *Membership {
 			m.Reachable, m.Version, m.RaftIndex, m.Errors = old.Reachable, old.Version, old.RaftIndex, old.Errors
 			m.DBSize, m.DBSizeInUse = old.DBSize, old.DBSizeInUse
 			m.RaftAppliedIndex, m.Revision = old.RaftAppliedIndex, old.Revision
+			m.StorageVersion, m.DowngradeTarget = old.StorageVersion, old.DowngradeTarget
 			if m.Name == "" {
 				m.Name = old.Name
 			}

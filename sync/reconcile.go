@@ -178,12 +178,18 @@ func (p *planner) nextStep(views []memberView, upgrade upgradeState, rollout rol
 		return acting(p.remove(v, fmt.Sprintf("dead member %s is removed before it is replaced: %s", v.name, v.deadReason)), ReasonReplacingMember)
 	}
 
+	// etcd's downgrade protocol: cancel one set back, enable the one asked
+	// for, and hold every binary until etcd has lowered the storage.
+	if step, ok := p.downgradeStep(views, upgrade.downgrade); ok {
+		return step
+	}
+
 	// A member that is down on another image than the target is changed at
 	// once, without waiting for it: it serves nothing as it is, and this is
 	// how setting the previous version back rescues a member that an
-	// upgrade broke.
+	// upgrade broke. Across a downgrade, only once etcd allows it.
 	for _, v := range upgrade.pending {
-		if !v.ready {
+		if !v.ready && p.mayGetTarget(v, upgrade.downgrade) {
 			return stepResult{
 				reimage:     v.pod,
 				progressing: conditionTrue(ReasonRollingUpgrade, fmt.Sprintf("changing the image of member %s, which is not ready, to %s", v.name, p.spec.Image())),
@@ -376,6 +382,11 @@ func runningSince(pod *corev1.Pod) time.Time {
 
 // reportOutcome describes the step this sync already took.
 func (p *planner) reportOutcome(out Outcome) stepResult {
+	if out.Err != nil && out.Action.Type == ActionEnableDowngrade {
+		// etcd's own validation said no: nothing changed, and the reason
+		// is etcd's. The next sync asks again, in case it no longer holds.
+		return blockedStep(ReasonDowngradeRefused, fmt.Sprintf("etcd refused the downgrade to %s, and nothing was changed: %v", out.Action.Version, out.Err))
+	}
 	if out.Err != nil {
 		msg := fmt.Sprintf("%s failed: %v", out.Action, out.Err)
 		return stepResult{progressing: conditionTrue(ReasonActionFailed, msg), resync: resyncTrouble}

@@ -79,6 +79,7 @@ var severity = map[string]int{
 	ReasonTLSChangeRefused:    1,
 	ReasonTLSSecretInvalid:    1,
 	ReasonVersionSkew:         1,
+	ReasonDowngradeRefused:    1,
 	ReasonAllMembersLost:      2,
 	ReasonRestoreFailed:       2,
 	ReasonRestoreRefused:      2,

@@ -18,10 +18,13 @@ const (
 	ReasonVersionSkew    = "VersionSkewRefused"
 )
 
-// versionChangeAllowed applies etcd's rule for rolling upgrades: one minor
-// version at a time, patch versions freely in either direction, and no
-// downgrade across a minor version (etcd's data may already use the newer
-// minor's format). running is the lowest version a member runs.
+// versionChangeAllowed applies etcd's rules for changing a running
+// cluster's release: one minor version up at a time, patch versions freely
+// in either direction, and one minor version down only from 3.6 on,
+// through etcd's downgrade protocol (downgrade.go). Any other downgrade
+// across a minor version is refused: the data may already use the newer
+// minor's format, and no release before 3.6 can lower it. running is the
+// lowest version a member runs.
 func versionChangeAllowed(running, target string) (bool, string) {
 	from, okFrom := parseVersion(running)
 	to, okTo := parseVersion(target)
@@ -32,8 +35,10 @@ func versionChangeAllowed(running, target string) (bool, string) {
 		return false, fmt.Sprintf("spec.version %s changes the major version of a cluster running %s; etcd supports no such rolling change", target, running)
 	case to.minor > from.minor+1:
 		return false, fmt.Sprintf("spec.version %s skips a minor version from %s; etcd upgrades one minor version at a time (%d.%d first)", target, running, from.major, from.minor+1)
-	case to.minor < from.minor:
-		return false, fmt.Sprintf("spec.version %s is a downgrade from %s across a minor version, which etcd does not support in a rolling change; only patch-level downgrades are", target, running)
+	case to.minor+1 < from.minor:
+		return false, fmt.Sprintf("spec.version %s is a downgrade from %s by more than one minor version; etcd downgrades one minor version at a time (%d.%d first)", target, running, from.major, from.minor-1)
+	case to.minor < from.minor && from.less(firstDowngradable):
+		return false, fmt.Sprintf("spec.version %s is a downgrade from %s across a minor version, which etcd supports only from 3.6 on (its downgrade protocol); only patch-level downgrades are", target, running)
 	}
 	return true, ""
 }
@@ -102,8 +107,12 @@ func (p *planner) rescuable(pod *corev1.Pod) bool {
 	if containerImage(pod) == p.spec.Image() || podReady(pod) || podFailure(pod) == "" {
 		return false
 	}
-	ok, _ := versionChangeAllowed(p.o.Cluster.Status.CurrentVersion, p.spec.Version)
-	return ok
+	// Across a minor downgrade only etcd's protocol may change a
+	// member's release, and without a membership nobody can see where it
+	// stands.
+	current := p.o.Cluster.Status.CurrentVersion
+	ok, _ := versionChangeAllowed(current, p.spec.Version)
+	return ok && !needsDowngradeProtocol(current, p.spec.Version)
 }
 
 // upgradeState says where a rolling change of version stands.
@@ -117,10 +126,13 @@ type upgradeState struct {
 	// halted names a member on the target image whose Pod the kubelet
 	// reports failing: the rollout goes no further until it runs.
 	halted string
+	// downgrade is where etcd's downgrade protocol stands, when the
+	// change is one.
+	downgrade downgradeState
 }
 
 func (p *planner) upgradeState(views []memberView, leader memberView) upgradeState {
-	var st upgradeState
+	st := upgradeState{downgrade: p.downgradeState(views, leader)}
 	target := p.spec.Image()
 	var upgraded []memberView
 	for _, v := range views {
@@ -200,10 +212,17 @@ func (p *planner) upgrade(views []memberView, leader memberView, st upgradeState
 	case st.upgrading != "":
 		return waiting(ReasonRollingUpgrade, "upgrading "+st.upgrading)
 	}
+	var held []string
 	for _, v := range st.pending {
-		if v.ID != leader.ID {
+		switch {
+		case !p.mayGetTarget(v, st.downgrade):
+			held = append(held, v.name)
+		case v.ID != leader.ID:
 			return p.reimageStep(v)
 		}
+	}
+	if len(held) > 0 {
+		return waiting(ReasonDowngrading, fmt.Sprintf("downgrading to %s: waiting for %s to report its storage version lowered to %s", p.spec.Version, strings.Join(held, ", "), st.downgrade.target))
 	}
 	if len(views) == 1 {
 		// A single member has nobody to hand leadership to: the restart
@@ -224,9 +243,17 @@ func (p *planner) reimageStep(v memberView) stepResult {
 
 // upgradingCondition reports the rollout for the Upgrading condition.
 func (p *planner) upgradingCondition(views []memberView, st upgradeState, step stepResult) condition {
+	verb := "upgrad"
+	if st.downgrade.above || st.downgrade.enabled != "" {
+		verb = "downgrad"
+	}
 	switch {
 	case st.halted != "":
-		return conditionTrue(ReasonUpgradeHalted, "upgrade halted: "+st.halted)
+		return conditionTrue(ReasonUpgradeHalted, verb+"e halted: "+st.halted)
+	case st.downgrade.enabled != "" && st.downgrade.enabled != st.downgrade.target:
+		return conditionTrue(ReasonDowngrading, fmt.Sprintf("etcd's downgrade to %s is enabled and spec.version is %s: cancelling it", st.downgrade.enabled, p.spec.Version))
+	case len(st.pending) == 0 && st.upgrading == "" && st.downgrade.finishing:
+		return conditionTrue(ReasonDowngrading, fmt.Sprintf("every member runs %s; etcd is ending its downgrade to %s", p.spec.Version, st.downgrade.target))
 	case len(st.pending) == 0 && st.upgrading == "":
 		return conditionFalse(ReasonUpToDate, "every member runs "+p.spec.Image())
 	}
@@ -236,13 +263,15 @@ func (p *planner) upgradingCondition(views []memberView, st upgradeState, step s
 		for i, v := range st.pending {
 			names[i] = v.name
 		}
-		msg += "; still to upgrade: " + strings.Join(names, ", ")
+		msg += fmt.Sprintf("; still to %se: %s", verb, strings.Join(names, ", "))
 	}
 	switch {
 	case step.reimage != nil:
-		msg = fmt.Sprintf("upgrading member %s; %s", step.reimage.Name, msg)
+		msg = fmt.Sprintf("%sing member %s; %s", verb, step.reimage.Name, msg)
 	case st.upgrading != "":
-		msg = fmt.Sprintf("upgrading %s; %s", st.upgrading, msg)
+		msg = fmt.Sprintf("%sing %s; %s", verb, st.upgrading, msg)
+	case step.progressing.reason == ReasonDowngrading:
+		msg = step.progressing.message + "; " + msg
 	}
 	return conditionTrue(ReasonRollingUpgrade, msg)
 }

@@ -252,9 +252,9 @@ func TestPlanUpgrade(t *testing.T) {
 		in:     upgradeCluster(next, "3.4.23", "3.4.23", "3.4.23"),
 		want:   upgradeSummary{Reimaged: map[string]string{}, Upgrading: "False", Reason: ReasonVersionSkew},
 	}, {
-		name:   "a minor downgrade is refused",
-		reason: "3.6 to 3.5 is not a rolling change etcd supports",
-		in:     upgradeCluster(old, next, next, next),
+		name:   "a minor downgrade before 3.6 is refused",
+		reason: "3.5 to 3.4 is not a rolling change etcd supports: its downgrade protocol starts with 3.6",
+		in:     upgradeCluster("3.4.23", old, old, old),
 		want:   upgradeSummary{Reimaged: map[string]string{}, Upgrading: "False", Reason: ReasonVersionSkew},
 	}, {
 		name:   "a patch downgrade is allowed",

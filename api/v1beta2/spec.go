@@ -12,10 +12,10 @@ const (
 	MaxSize = 7
 
 	DefaultRepository = "quay.io/coreos/etcd"
-	// DefaultVersion is a current 3.6 release. The CRD writes it into the
+	// DefaultVersion is the newest pinned release (3.7). The CRD writes it into the
 	// object at admission, so a later hook release with a newer default never
 	// upgrades a running cluster behind its owner's back.
-	DefaultVersion = "3.6.16"
+	DefaultVersion = "3.7.3"
 )
 
 // ClusterSpec is the desired state of an etcd cluster.
@@ -35,10 +35,10 @@ type ClusterSpec struct {
 	// +optional
 	Repository string `json:"repository,omitempty"`
 
-	// Version is the etcd release to run, in semver form such as "3.6.16".
+	// Version is the etcd release to run, in semver form such as "3.7.3".
 	// A leading "v" is accepted.
-	// +kubebuilder:default="3.6.16"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^v?(0|[1-9][0-9]*)\\\\.(0|[1-9][0-9]*)\\\\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\\\\+[0-9A-Za-z.-]+)?$')",message="must be a semantic version such as \"3.6.16\""
+	// +kubebuilder:default="3.7.3"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^v?(0|[1-9][0-9]*)\\\\.(0|[1-9][0-9]*)\\\\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\\\\+[0-9A-Za-z.-]+)?$')",message="must be a semantic version such as \"3.7.3\""
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Version string `json:"version,omitempty"`

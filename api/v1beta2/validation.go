@@ -38,7 +38,7 @@ func (s *ClusterSpec) validate(path *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(path.Child("size"), s.Size, fmt.Sprintf("must be between %d and %d", MinSize, MaxSize)))
 	}
 	if s.Version != "" && !semverPattern.MatchString(s.Version) {
-		errs = append(errs, field.Invalid(path.Child("version"), s.Version, `must be a semantic version such as "3.6.16"`))
+		errs = append(errs, field.Invalid(path.Child("version"), s.Version, `must be a semantic version such as "3.7.3"`))
 	}
 	if s.Restore != nil {
 		errs = append(errs, s.Restore.validate(path.Child("restore"))...)

@@ -23,7 +23,7 @@ func TestValidate(t *testing.T) {
 		{"leading v", "the CoreOS operator trimmed it", func(c *EtcdCluster) { c.Spec.Version = "v3.6.16" }, nil},
 		{"size zero", "", func(c *EtcdCluster) { c.Spec.Size = 0 }, []string{"spec.size: Invalid value: 0: must be between 1 and 7"}},
 		{"size eight", "", func(c *EtcdCluster) { c.Spec.Size = 8 }, []string{"spec.size: Invalid value: 8: must be between 1 and 7"}},
-		{"version not semver", "", func(c *EtcdCluster) { c.Spec.Version = "latest" }, []string{`spec.version: Invalid value: "latest": must be a semantic version such as "3.6.16"`}},
+		{"version not semver", "", func(c *EtcdCluster) { c.Spec.Version = "latest" }, []string{`spec.version: Invalid value: "latest": must be a semantic version such as "3.7.3"`}},
 		{"reserved label", "", func(c *EtcdCluster) { c.Spec.Pod = &PodPolicy{Labels: map[string]string{"etcd_node": "x"}} },
 			[]string{`spec.pod.labels[etcd_node]: Invalid value: "etcd_node": "app" and "etcd.database.coreos.com/serving" and labels starting with "etcd_" are reserved for the hook`}},
 		{"name too long", "the client Service <name>-client must fit 63 characters", func(c *EtcdCluster) { c.Name = strings.Repeat("a", 57) },

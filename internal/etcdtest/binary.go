@@ -16,16 +16,17 @@ const (
 	Version34 = "3.4.23" // Debian's etcd-server; best effort, see LookBinary
 	Version35 = "3.5.35"
 	Version36 = "3.6.16"
+	Version37 = "3.7.3"
 
 	// DefaultVersion matches the go.etcd.io/etcd/client/v3 the root module
 	// uses, so a test that does not care about versions exercises the pair
 	// that production is most likely to run.
-	DefaultVersion = Version36
+	DefaultVersion = Version37
 )
 
 // BuiltVersions are the releases that "make etcd-bins" always produces, and
 // so the ones a version-matrix test can rely on in CI.
-var BuiltVersions = []string{Version35, Version36}
+var BuiltVersions = []string{Version35, Version36, Version37}
 
 // BinDirEnv, when set, names the directory holding etcd-v<version> binaries;
 // it lets a developer point tests at binaries built elsewhere.

@@ -69,6 +69,7 @@ func TestVersionsMatchMakefile(t *testing.T) {
 		"ETCD_34_VERSION": etcdtest.Version34,
 		"ETCD_35_VERSION": etcdtest.Version35,
 		"ETCD_36_VERSION": etcdtest.Version36,
+		"ETCD_37_VERSION": etcdtest.Version37,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("mk/etcd.mk versions mismatch (-want +got):\n%s", diff)

@@ -266,7 +266,7 @@ func (b *backupScenario) checkRestore(st BackupStatus) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	etcdutl := filepath.Join(root, "bin", "etcdutl-v"+etcdtest.Version36)
+	etcdutl := filepath.Join(root, "bin", "etcdutl-v"+faultVersion)
 	if msg, err := exec.Command(etcdutl, "snapshot", "status", file, "-w", "json").CombinedOutput(); err != nil {
 		t.Fatalf("etcdutl snapshot status: %v\n%s", err, msg)
 	}
@@ -275,7 +275,7 @@ func (b *backupScenario) checkRestore(st BackupStatus) {
 		"--initial-cluster", "restored=http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380").CombinedOutput(); err != nil {
 		t.Fatalf("etcdutl snapshot restore: %v\n%s", err, msg)
 	}
-	restored := etcdtest.StartCluster(t, etcdtest.Options{Size: 1, Version: etcdtest.Version36, ExtraArgs: []string{"--data-dir=" + dataDir, "--name=restored"}})
+	restored := etcdtest.StartCluster(t, etcdtest.Options{Size: 1, Version: faultVersion, ExtraArgs: []string{"--data-dir=" + dataDir, "--name=restored"}})
 	cli, err := clientv3.New(clientv3.Config{Endpoints: restored.Endpoints(), DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +317,7 @@ func (b *backupScenario) checkVolumeBackup() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg, err := exec.Command(filepath.Join(root, "bin", "etcdutl-v"+etcdtest.Version36), "snapshot", "status", file).CombinedOutput(); err != nil {
+	if msg, err := exec.Command(filepath.Join(root, "bin", "etcdutl-v"+faultVersion), "snapshot", "status", file).CombinedOutput(); err != nil {
 		t.Fatalf("etcdutl snapshot status %s: %v\n%s", file, err, msg)
 	}
 	t.Logf("volume backup: %s, %d bytes at revision %d", st.LastBackup.Location, st.LastBackup.Size, st.EtcdRevision)

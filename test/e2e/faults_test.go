@@ -20,7 +20,7 @@ import (
 // fault ends with a line in the failure table (ReportFailure).
 
 const (
-	faultVersion = "3.6.16"
+	faultVersion = currentVersion
 	// partitionFor is as long as a partition that the hook must sit out:
 	// a member whose Pod runs is never replaced for being unreachable.
 	partitionFor = 30 * time.Second

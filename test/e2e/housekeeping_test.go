@@ -12,6 +12,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 )
 
 // The NOSPACE scenario: a 3-member cluster with a 32 MiB quota and
@@ -40,10 +42,10 @@ const (
 )
 
 func TestHousekeepingNoSpace(t *testing.T) {
-	for _, version := range []string{"3.6.16", "3.5.35"} {
+	for _, version := range []string{currentVersion, etcdtest.Version35} {
 		t.Run("v"+version, func(t *testing.T) {
-			if version != "3.6.16" {
-				longTail(t, "the NOSPACE recovery is proven on 3.6.16")
+			if version != currentVersion {
+				longTail(t, "the NOSPACE recovery is proven on "+currentVersion)
 			}
 			noSpaceScenario(t, version)
 		})
@@ -147,7 +149,7 @@ func noSpaceScenario(t *testing.T, version string) {
 	for _, line := range watch.Timeline() {
 		t.Log(line)
 	}
-	s.checkHousekeepingActions(alarmed, samples)
+	s.checkHousekeepingActions(alarmed, samples, len(full))
 	s.waitWrites(writesAround)
 	s.verifyWrites("nospace")
 }
@@ -214,7 +216,10 @@ func (s *scenario) memberSizes(ctx context.Context) memberSizes {
 // checkHousekeepingActions reads the hook's log: the history compacted
 // before any defragmentation after it, each member defragmented once per
 // compaction with the leader of the time last, and the alarm disarmed last.
-func (s *scenario) checkHousekeepingActions(since time.Time, samples []housekeepingSample) {
+// A member is defragmented again only once all members had their turn:
+// etcd drops the compacted revisions in the background, and the hook takes
+// again a member whose file shows its turn came before that was done.
+func (s *scenario) checkHousekeepingActions(since time.Time, samples []housekeepingSample, members int) {
 	s.t.Helper()
 	logged, err := LoggedActions(s.env.Hook.LogPath, s.c)
 	if err != nil {
@@ -242,16 +247,19 @@ func (s *scenario) checkHousekeepingActions(since time.Time, samples []housekeep
 			round, leaderDone = nil, ""
 		case strings.HasPrefix(a, "defragment member "):
 			member, _, _ := strings.Cut(strings.TrimPrefix(a, "defragment member "), " ")
-			if slices.Contains(round, member) {
-				s.t.Errorf("member %s defragmented twice after one compaction: %q", member, actions)
-			}
-			if leaderDone != "" {
+			switch {
+			case slices.Contains(round, member) && len(round) < members:
+				s.t.Errorf("member %s defragmented twice after one compaction, before every member had its turn: %q", member, actions)
+			case slices.Contains(round, member):
+				s.t.Logf("member %s defragmented again after every member had its turn", member)
+			case leaderDone != "":
 				s.t.Errorf("member %s defragmented after the leader %s: the leader goes last (%q)", member, leaderDone, actions)
+			default:
+				if leaderAt(samples, times[i]) == member {
+					leaderDone = member
+				}
+				round = append(round, member)
 			}
-			if leaderAt(samples, times[i]) == member {
-				leaderDone = member
-			}
-			round = append(round, member)
 		default:
 			s.t.Errorf("unexpected step %q among %q", a, actions)
 		}

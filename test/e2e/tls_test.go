@@ -125,7 +125,9 @@ func TestTLS(t *testing.T) {
 	t.Cleanup(UseClientTLS(exampleName, ns, s.clientConfig(&s.app, s.ca)))
 	s.issue()
 
-	const from, to = "3.5.35", "3.6.16"
+	// Created on 3.6 and upgraded to 3.7 over TLS; a member of 3.7 is then
+	// killed and restarts with its certificates.
+	const from, to = oldVersion, newVersion
 	s.createSpec("TLS: create, size 3, v"+from, map[string]any{"size": 3, "version": from, "TLS": tlsSpec})
 	if t.Failed() {
 		return

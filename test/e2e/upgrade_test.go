@@ -10,17 +10,22 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
+// The version scenarios run the newest pair of pinned lines, 3.6 → 3.7
+// and, through etcd's downgrade protocol, 3.7 → 3.6; TestUpgradeWithKilledMember
+// (long tail) keeps the 3.5 → 3.6 path, and TestTLS upgrades 3.6 → 3.7 over
+// TLS.
 const (
-	oldVersion = "3.5.35"
-	newVersion = "3.6.16"
+	oldVersion = etcdtest.Version36
+	newVersion = etcdtest.Version37
 	// unavailableVersion has no binary: its image cannot be pulled.
-	unavailableVersion = "3.6.99"
-	// skippedFromVersion is a minor below oldVersion, from which newVersion
-	// skips one; Debian ships it, the module proxy does not.
-	skippedFromVersion = "3.4.23"
+	unavailableVersion = "3.7.99"
+	// skippedFromVersion is two minors below newVersion: the change skips
+	// the one between.
+	skippedFromVersion = etcdtest.Version35
 	// refusalHold is how long a refused or halted change is watched for
 	// anything moving: several resyncs of the hook.
 	refusalHold = 4 * time.Second
@@ -42,11 +47,11 @@ func upgradeScenario(t *testing.T, versions ...string) *scenario {
 
 // Scenario U1: a rolling upgrade of three members, one minor version up.
 // The leader goes last, after leadership moved away, and nothing changes
-// in the membership. Then the downgrade back is refused.
+// in the membership. (The way back is TestDowngradeRolling.)
 func TestUpgradeRolling(t *testing.T) {
 	s := upgradeScenario(t, oldVersion, newVersion)
 	s.create("setup", oldVersion, 3)
-	const step = "upgrade 3.5.35→3.6.16, 3 members"
+	step := fmt.Sprintf("upgrade %s→%s, 3 members", oldVersion, newVersion)
 	s.startWriter("upgrade")
 	s.waitWrites(writesAround)
 	before := s.members()
@@ -72,21 +77,19 @@ func TestUpgradeRolling(t *testing.T) {
 	}
 	checkOnlyLeaderMoved(t, actionDelta(actionsBefore, actionsAfter))
 	checkRolloutOrder(t, changes, leader, 3)
-	checkStoppedAsFollowers(t, s, changes, "")
-	checkConditionsNamed(t, conditions, changes)
-
-	// The way back is a minor downgrade, which etcd does not support: the
-	// data may already be in 3.6's format.
-	checkRefused(t, s, newVersion, oldVersion, "is a downgrade from 3.6.16 across a minor version", "refuse 3.6.16→3.5.35 (downgrade)")
+	checkStoppedAsFollowers(t, s, changes, "", nil)
+	checkConditionsNamed(t, conditions, changes, "upgrading")
 }
 
 // Scenario U2: five members upgraded while the leader's etcd is killed
 // (kill -9) halfway through, before its own turn.
 func TestUpgradeWithKilledMember(t *testing.T) {
 	longTail(t, "the health-gated rolling upgrade is TestUpgradeRolling, its halt TestUpgradeUnavailableVersionHaltsAndReverts")
+	// The 3.5 → 3.6 path, which the other scenarios no longer take.
+	const oldVersion, newVersion = etcdtest.Version35, etcdtest.Version36
 	s := upgradeScenario(t, oldVersion, newVersion)
 	s.create("setup", oldVersion, 5)
-	const step = "upgrade 3.5.35→3.6.16, 5 members, leader killed halfway"
+	step := fmt.Sprintf("upgrade %s→%s, 5 members, leader killed halfway", oldVersion, newVersion)
 	s.startWriter("upgrade-kill")
 	s.waitWrites(writesAround)
 	before := s.members()
@@ -131,7 +134,7 @@ func TestUpgradeWithKilledMember(t *testing.T) {
 		t.Errorf("membership changed during the upgrade (-before +after):\n%s", d)
 	}
 	checkOneChangePerPod(t, changes, 5)
-	checkStoppedAsFollowers(t, s, changes, victim)
+	checkStoppedAsFollowers(t, s, changes, victim, nil)
 	for _, c := range changes {
 		if c.Pod == victim && c.At.Before(killedAt) {
 			t.Errorf("%s: the leader's image was changed before it was killed", c)
@@ -169,7 +172,7 @@ func TestUpgradeUnavailableVersionHaltsAndReverts(t *testing.T) {
 	if broken[0] == leader {
 		t.Errorf("the leader %s was the first member changed", leader)
 	}
-	checkStoppedAsFollowers(t, s, []ImageChange{{Pod: broken[0]}}, "")
+	checkStoppedAsFollowers(t, s, []ImageChange{{Pod: broken[0]}}, "", nil)
 	if !strings.Contains(halted.Message, "member "+broken[0]+" ") {
 		t.Errorf("Upgrading message %q does not name the member %s", halted.Message, broken[0])
 	}
@@ -197,7 +200,7 @@ func TestUpgradeUnavailableVersionHaltsAndReverts(t *testing.T) {
 		t.Errorf("versions while halted: current %q target %q, want %q and %q", st.CurrentVersion, st.TargetVersion, oldVersion, unavailableVersion)
 	}
 
-	const step = "revert 3.6.99→3.5.35, 1 of 3 members in ImagePullBackOff"
+	step := fmt.Sprintf("revert %s→%s, 1 of 3 members in ImagePullBackOff", unavailableVersion, oldVersion)
 	start, syncs := time.Now(), s.syncs()
 	s.patchVersion(oldVersion)
 	Report(t, s.upgrade(step, oldVersion, start, syncs, 3))
@@ -223,12 +226,12 @@ func TestUpgradeSingleMember(t *testing.T) {
 	})
 	t.Logf("halted: %s", halted)
 
-	const revert = "revert 3.6.99→3.5.35, single member in ImagePullBackOff"
+	revert := fmt.Sprintf("revert %s→%s, single member in ImagePullBackOff", unavailableVersion, oldVersion)
 	start, syncs := time.Now(), s.syncs()
 	s.patchVersion(oldVersion)
 	Report(t, s.upgrade(revert, oldVersion, start, syncs, 1))
 
-	const step = "upgrade 3.5.35→3.6.16, single member (an outage)"
+	step := fmt.Sprintf("upgrade %s→%s, single member (an outage)", oldVersion, newVersion)
 	s.startWriter("single-upgrade")
 	s.waitWrites(writesAround)
 	start, syncs = time.Now(), s.syncs()
@@ -242,15 +245,19 @@ func TestUpgradeSingleMember(t *testing.T) {
 // Scenario U4: a change that skips a minor version is refused and changes
 // nothing.
 func TestUpgradeSkippingMinorRefused(t *testing.T) {
-	// etcd 3.4 comes from Debian's package, on a best-effort basis (make
-	// etcd-bin-3.4): without it the rule is still covered by the planner's
-	// tables and by the 3.6 → 3.5 refusal in TestUpgradeRolling.
-	if bin, err := harness.EtcdBinary(skippedFromVersion); err != nil || !fileExists(bin) {
-		t.Skipf("etcd %s is not available (make etcd-bin-3.4 gets it from Debian's etcd-server)", skippedFromVersion)
-	}
 	s := upgradeScenario(t, skippedFromVersion, newVersion)
 	s.create("setup", skippedFromVersion, 3)
-	checkRefused(t, s, skippedFromVersion, newVersion, "skips a minor version from 3.4.23", "refuse 3.4.23→3.6.16 (skips 3.5)")
+	checkRefused(t, s, skippedFromVersion, newVersion, "skips a minor version from "+skippedFromVersion,
+		fmt.Sprintf("refuse %s→%s (skips %s)", skippedFromVersion, newVersion, lineOf(oldVersion)))
+}
+
+// lineOf is "3.6" for "3.6.16".
+func lineOf(version string) string {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return version
+	}
+	return parts[0] + "." + parts[1]
 }
 
 // checkRefused asks for a change from running to target that etcd's skew
@@ -448,29 +455,37 @@ func checkOnlyLeaderMoved(t *testing.T, delta map[string]float64) {
 // Sampling the leader from outside could not tell a MoveLeader a few
 // milliseconds before the image change from one a few milliseconds after.
 // killed, if any, was killed -9 on the way and may not have been stopped
-// gracefully at all.
-func checkStoppedAsFollowers(t *testing.T, s *scenario, changes []ImageChange, killed string) {
+// gracefully at all. before holds what followerStops counted before the
+// change began (nil: nothing).
+func checkStoppedAsFollowers(t *testing.T, s *scenario, changes []ImageChange, killed string, before map[string]int) {
 	t.Helper()
 	for _, c := range changes {
-		data, err := os.ReadFile(s.env.Kubelet.ContainerLog(ns, c.Pod, "etcd"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := strings.Count(string(data), `"msg":"skipped leadership transfer; local server is not leader"`)
+		n := followerStops(t, s, c.Pod) - before[c.Pod]
 		if n != 1 && !(c.Pod == killed && n == 0) {
 			t.Errorf("etcd of %s stopped as a follower %d times, want once, for its new image (a leader hands over leadership on SIGTERM instead)", c.Pod, n)
 		}
 	}
 }
 
+// followerStops counts the times a member's etcd, stopped, said it did not
+// lead, over every container the Pod ran.
+func followerStops(t *testing.T, s *scenario, pod string) int {
+	t.Helper()
+	data, err := os.ReadFile(s.env.Kubelet.ContainerLog(ns, pod, "etcd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(data), `"msg":"skipped leadership transfer; local server is not leader"`)
+}
+
 // checkConditionsNamed: while a member's image changed, the Upgrading
-// condition named it.
-func checkConditionsNamed(t *testing.T, conditions []UpgradeCondition, changes []ImageChange) {
+// condition named it ("upgrading member X", or "downgrading").
+func checkConditionsNamed(t *testing.T, conditions []UpgradeCondition, changes []ImageChange, verb string) {
 	t.Helper()
 	for _, c := range changes {
 		found := false
 		for _, cond := range conditions {
-			if cond.Status == "True" && strings.Contains(cond.Message, "upgrading member "+c.Pod) {
+			if cond.Status == "True" && strings.Contains(cond.Message, verb+" member "+c.Pod) {
 				found = true
 			}
 		}
@@ -478,9 +493,4 @@ func checkConditionsNamed(t *testing.T, conditions []UpgradeCondition, changes [
 			t.Errorf("no Upgrading condition named %s while it was upgraded", c.Pod)
 		}
 	}
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }
