@@ -31,7 +31,18 @@ import (
 //     Each member is defragmented once per compaction: etcd counts the
 //     pages a compaction freed as in use until its next write, which
 //     NOSPACE refuses, so only the rewritten file tells what the data
-//     takes. A file still over the level then holds more than fits, and
+//     takes. Unless the rewrite came too early: the compaction RPC
+//     returns once etcd has scheduled it, and each member then deletes
+//     the old revisions in the background, in batches of 1000 with a
+//     pause between them; a defragmentation that slips into a pause
+//     copies what the later batches were to drop, and the file stays as
+//     full as it was (measured on 3.6.16, a 32 MiB quota filled over 1100
+//     older revisions and 80% deleted: 33 MiB, all of it in use, where a
+//     defragmentation 300 ms later left 6.5 MiB). So once every member
+//     had its turn, a member still over the level is taken again when its
+//     file shows space its data does not take: 1 MiB unused, or 1 MiB
+//     more than another member's file, which holds the same data. Only a
+//     file still over the level with neither holds more than fits, and
 //     the status asks for keys to be deleted (which compacts again) or
 //     for a larger quota.
 //   - Defragmentation: a member whose unused space (dbSize - dbSizeInUse)
@@ -214,17 +225,47 @@ const minReclaim = 1 << 20
 
 // defragNeeded reports whether a member that answered is due for a
 // defragmentation. In a NOSPACE recovery: its file is over the disarm
-// level and it was not defragmented since the compaction (its size in use
-// cannot tell: see HousekeepingStatus.Defragmented). Otherwise: its unused
-// space passes the policy's thresholds.
+// level, and it was not defragmented since the compaction (its size in
+// use cannot tell: see HousekeepingStatus.Defragmented) or it was too
+// early (see defragmentedEarly). Otherwise: its unused space passes the
+// policy's thresholds.
 func (p *planner) defragNeeded(m Member, recovering bool, rec v1beta2.HousekeepingStatus) bool {
 	if !m.Reachable {
 		return false
 	}
 	if recovering {
-		return m.DBSize >= p.disarmLevel() && !slices.Contains(rec.Defragmented, MemberName(m, p.o.Cluster.Name))
+		if m.DBSize < p.disarmLevel() {
+			return false
+		}
+		return !slices.Contains(rec.Defragmented, MemberName(m, p.o.Cluster.Name)) || p.defragmentedEarly(m) != ""
 	}
 	return p.fragmented(m)
+}
+
+// defragmentedEarly says how a member defragmented since the compaction,
+// whose file is still over the disarm level, shows that its
+// defragmentation came before the compaction had dropped the old
+// revisions on it, or "" when it does not: its file has 1 MiB unused
+// again (the compaction went on after the rewrite), or is 1 MiB larger
+// than another member's, which holds the same data. The margin because
+// two rewrites of the same data may differ by a few pages: a member taken
+// again for those would be taken again forever. A rewrite that comes
+// after the compaction leaves neither, so a member is taken again only
+// while its compaction was not done.
+func (p *planner) defragmentedEarly(m Member) string {
+	if m.DBSize-m.DBSizeInUse >= minReclaim {
+		return "its file has space unused again"
+	}
+	var smallest *Member
+	for i, o := range p.o.Membership.Members {
+		if o.Reachable && o.DBSize > 0 && o.ID != m.ID && (smallest == nil || o.DBSize < smallest.DBSize) {
+			smallest = &p.o.Membership.Members[i]
+		}
+	}
+	if smallest != nil && m.DBSize-smallest.DBSize >= minReclaim {
+		return "its file is larger than that of member " + MemberName(*smallest, p.o.Cluster.Name) + ", which holds the same data"
+	}
+	return ""
 }
 
 // fragmented: the member's unused space passes the policy's thresholds.
@@ -328,6 +369,10 @@ func (p *planner) recoverNoSpace(views []memberView, leader memberView, inFlight
 	}
 	if order := p.defragOrder(views, leader, inFlight, true, rec); len(order) > 0 {
 		v := order[0]
+		if slices.Contains(rec.Defragmented, v.name) {
+			return acting(p.defragment(v, fmt.Sprintf("recovering from NOSPACE: defragmenting member %s again, whose database file is still over %d%% of the quota: %s, so its defragmentation came before the compaction had dropped the old revisions on it",
+				v.name, v1beta2.NoSpaceDisarmPercent, p.defragmentedEarly(v.Member))), ReasonRecoveringNoSpace)
+		}
 		return acting(p.defragment(v, fmt.Sprintf("recovering from NOSPACE: defragmenting member %s, whose database file is over %d%% of the quota", v.name, v1beta2.NoSpaceDisarmPercent)), ReasonRecoveringNoSpace)
 	}
 	var tooFull []string
@@ -354,16 +399,30 @@ func (p *planner) defragment(v memberView, reason string) Action {
 // defragOrder lists the members due for a defragmentation in the order
 // they are taken: the one status.housekeeping names first (it was started
 // and is seen not done: it is started again), then followers by name, the
-// leader last.
+// leader last. In a NOSPACE recovery every member over the level has its
+// turn before any is taken again (see defragmentedEarly): the later a
+// rewrite comes after the compaction, the likelier the compaction is done,
+// so the last ones, the leader's above all, show what the data takes.
 func (p *planner) defragOrder(views []memberView, leader memberView, inFlight *memberView, recovering bool, rec v1beta2.HousekeepingStatus) []memberView {
+	due := func(v memberView) bool { return p.defragNeeded(v.Member, recovering, rec) }
+	if recovering {
+		firstTurn := func(v memberView) bool { return due(v) && !slices.Contains(rec.Defragmented, v.name) }
+		if out := orderDue(views, leader, inFlight, firstTurn); len(out) > 0 {
+			return out
+		}
+	}
+	return orderDue(views, leader, inFlight, due)
+}
+
+func orderDue(views []memberView, leader memberView, inFlight *memberView, due func(memberView) bool) []memberView {
 	var out []memberView
-	if inFlight != nil && p.defragNeeded(inFlight.Member, recovering, rec) {
+	if inFlight != nil && due(*inFlight) {
 		out = append(out, *inFlight)
 	}
 	var leaderDue *memberView
 	for i, v := range views {
 		switch {
-		case inFlight != nil && v.ID == inFlight.ID, !p.defragNeeded(v.Member, recovering, rec):
+		case inFlight != nil && v.ID == inFlight.ID, !due(v):
 		case v.ID == leader.ID:
 			leaderDue = &views[i]
 		default:
