@@ -165,7 +165,7 @@ func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 // over the member's data changes nothing; a bumped restore is ahead by the
 // bump and compacted; an interrupted restore's leftovers go.
 func TestApply(t *testing.T) {
-	for _, version := range etcdtest.BuiltVersions {
+	for i, version := range etcdtest.BuiltVersions {
 		t.Run(version, func(t *testing.T) {
 			etcdutl := toolBinary(t, "etcdutl", version)
 			snapshot, rev := snapshotOf(t, version)
@@ -255,6 +255,26 @@ func TestApply(t *testing.T) {
 				}
 			})
 
+			if i > 0 {
+				// A snapshot of the line before, restored by this line's
+				// etcdutl into a cluster of this line: what a restore after
+				// an upgrade does with the backups taken before it.
+				older := etcdtest.BuiltVersions[i-1]
+				t.Run("snapshot of "+older, func(t *testing.T) {
+					snapshot, rev := snapshotOf(t, older)
+					dir := t.TempDir()
+					opts, out := applyOptions(t, etcdutl, dir)
+					place(t, snapshot, opts.Snapshot)
+					if res := apply(t, opts, out); !res.Succeeded {
+						t.Fatal(res.Reason)
+					}
+					_, cli := startRestored(t, version, opts.DataDir)
+					if n, r := countKeys(t, cli); n != restoredKeys || r != rev {
+						t.Errorf("restored: %d keys at revision %d; want %d at the snapshot's %d", n, r, restoredKeys, rev)
+					}
+				})
+			}
+
 			if version != etcdtest.Version35 {
 				return
 			}
@@ -280,8 +300,8 @@ func TestApply(t *testing.T) {
 // TestApplyRefuses: a restore that cannot be made fails with a reason and
 // leaves the data dir as it found it, and no restore in progress behind.
 func TestApplyRefuses(t *testing.T) {
-	etcdutl := toolBinary(t, "etcdutl", etcdtest.Version36)
-	snapshot, _ := snapshotOf(t, etcdtest.Version36)
+	etcdutl := toolBinary(t, "etcdutl", etcdtest.Version37)
+	snapshot, _ := snapshotOf(t, etcdtest.Version37)
 	tests := []struct {
 		name       string
 		reason     string

@@ -36,7 +36,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, size int) *fixture {
 	t.Helper()
-	f := &fixture{etcd: etcdtest.StartCluster(t, etcdtest.Options{Size: size, Version: etcdtest.Version36}), s3: s3test.Start(t)}
+	f := &fixture{etcd: etcdtest.StartCluster(t, etcdtest.Options{Size: size, Version: etcdtest.Version37}), s3: s3test.Start(t)}
 	f.s3.CreateBucket(t, bucket)
 	f.cfg = f.config(t, s3test.AccessKey, s3test.SecretKey)
 	f.store = f.storeFor(t, f.cfg)
@@ -126,7 +126,7 @@ func etcdutl(t *testing.T, args ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(root, "bin", "etcdutl-v"+etcdtest.Version36)
+	bin := filepath.Join(root, "bin", "etcdutl-v"+etcdtest.Version37)
 	if _, err := os.Stat(bin); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("%s is missing: make etcd-bins", bin)
@@ -152,8 +152,8 @@ func TestBackupOneShot(t *testing.T) {
 	if !res.Succeeded {
 		t.Fatalf("backup failed: %s", res.Reason)
 	}
-	if res.EtcdRevision < last || res.EtcdVersion != etcdtest.Version36 || res.ClusterID == "" || res.Location != "s3://"+bucket+"/clusters/demo/etcd.backup" {
-		t.Errorf("result %+v: want revision >= %d, version %s, a cluster ID, the one-shot key", res, last, etcdtest.Version36)
+	if res.EtcdRevision < last || res.EtcdVersion != etcdtest.Version37 || res.ClusterID == "" || res.Location != "s3://"+bucket+"/clusters/demo/etcd.backup" {
+		t.Errorf("result %+v: want revision >= %d, version %s, a cluster ID, the one-shot key", res, last, etcdtest.Version37)
 	}
 	path, meta := f.download(t, f.cfg.Key())
 	data, err := os.ReadFile(path)
@@ -181,7 +181,7 @@ func TestBackupOneShot(t *testing.T) {
 		"--initial-cluster", "restored=http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380")
 	// The generated flags are overridden: etcd keeps a flag's last value,
 	// and on a data dir that has a WAL it ignores the bootstrap flags.
-	restored := etcdtest.StartCluster(t, etcdtest.Options{Size: 1, Version: etcdtest.Version36, ExtraArgs: []string{"--data-dir=" + dataDir, "--name=restored"}})
+	restored := etcdtest.StartCluster(t, etcdtest.Options{Size: 1, Version: etcdtest.Version37, ExtraArgs: []string{"--data-dir=" + dataDir, "--name=restored"}})
 	cli, err := clientv3.New(clientv3.Config{Endpoints: restored.Endpoints(), DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ import (
 // corrupt stream that leaves the earlier backup as it was and no partial
 // file behind.
 func TestFileStoreBackup(t *testing.T) {
-	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 1, Version: etcdtest.Version36})
+	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 1, Version: etcdtest.Version37})
 	root := t.TempDir()
 	store, err := NewFileStore(root, "backups")
 	if err != nil {

@@ -89,7 +89,7 @@ func (f *restoreFixture) options(t *testing.T, key string) FetchOptions {
 	}
 	return FetchOptions{
 		S3:          &S3Source{Path: bucket + "/" + key, Endpoint: f.s3.URL, ForcePathStyle: true, AWSDir: f.awsDir},
-		EtcdVersion: etcdtest.Version36,
+		EtcdVersion: etcdtest.Version37,
 		DataDir:     filepath.Join(dir, "data"),
 		Snapshot:    filepath.Join(dir, "restore", "snapshot.db"),
 		ToolsDir:    filepath.Join(dir, "tools"),
@@ -108,7 +108,7 @@ var ignoreReason = cmpopts.IgnoreFields(RestoreResult{}, "Reason")
 func TestFetch(t *testing.T) {
 	f := newRestoreFixture(t)
 	source := "s3://" + bucket + "/" + f.cfg.Key()
-	good := RestoreResult{Succeeded: true, Source: source, Size: f.backup.Size, SHA256: f.backup.SHA256, Revision: f.last, EtcdVersion: etcdtest.Version36}
+	good := RestoreResult{Succeeded: true, Source: source, Size: f.backup.Size, SHA256: f.backup.SHA256, Revision: f.last, EtcdVersion: etcdtest.Version37}
 
 	// The same snapshot on a volume: with FileStore's metadata beside it,
 	// and bare, as if copied there by hand.
@@ -150,12 +150,12 @@ func TestFetch(t *testing.T) {
 		name:   "file with metadata",
 		reason: "a FileStore backup: its .json gives the release and the sha256 it must have",
 		opts:   func(o *FetchOptions) { o.S3, o.File = nil, withMeta },
-		want:   RestoreResult{Succeeded: true, Source: withMeta, Size: fileBackup.Size, SHA256: fileBackup.SHA256, Revision: f.last, EtcdVersion: etcdtest.Version36},
+		want:   RestoreResult{Succeeded: true, Source: withMeta, Size: fileBackup.Size, SHA256: fileBackup.SHA256, Revision: f.last, EtcdVersion: etcdtest.Version37},
 	}, {
 		name:   "bare file",
 		reason: "without metadata, the release is the database's storage version, major.minor",
 		opts:   func(o *FetchOptions) { o.S3, o.File = nil, bare },
-		want:   RestoreResult{Succeeded: true, Source: bare, Size: f.backup.Size, SHA256: f.backup.SHA256, Revision: f.last, EtcdVersion: "3.6"},
+		want:   RestoreResult{Succeeded: true, Source: bare, Size: f.backup.Size, SHA256: f.backup.SHA256, Revision: f.last, EtcdVersion: "3.7"},
 	}, {
 		name:   "already restored",
 		reason: "a data dir holding a member is never touched: nothing is fetched, not even a missing object",
@@ -224,20 +224,20 @@ func TestFetch(t *testing.T) {
 		wantReason: "but the sha256 stored with it says " + strings.Repeat("0", 64),
 	}, {
 		name:       "newer minor",
-		reason:     "a 3.6 snapshot into a 3.5 cluster: etcd 3.5 cannot read 3.6's storage",
-		opts:       func(o *FetchOptions) { o.EtcdVersion = etcdtest.Version35 },
+		reason:     "a 3.7 snapshot into a 3.6 cluster: etcd 3.6 cannot read 3.7's storage (only a downgrade lowers it, member by member)",
+		opts:       func(o *FetchOptions) { o.EtcdVersion = etcdtest.Version36 },
 		want:       RestoreResult{Permanent: true, Source: source},
-		wantReason: "was written by etcd 3.6.16, and the cluster runs etcd 3.5.35",
+		wantReason: "was written by etcd 3.7.3, and the cluster runs etcd 3.6.16",
 	}, {
 		name:       "newer minor by storage version",
-		reason:     "without metadata, the database's own storage version says 3.6",
+		reason:     "without metadata, the database's own storage version says 3.7",
 		opts:       func(o *FetchOptions) { o.S3, o.File, o.EtcdVersion = nil, bare, etcdtest.Version35 },
 		want:       RestoreResult{Permanent: true, Source: bare},
-		wantReason: "was written by etcd 3.6, and the cluster runs etcd 3.5.35",
+		wantReason: "was written by etcd 3.7, and the cluster runs etcd 3.5.35",
 	}, {
 		name:       "older cluster patch",
-		reason:     "only the minor release matters: a 3.6.16 snapshot restores into 3.6.0",
-		opts:       func(o *FetchOptions) { o.EtcdVersion = "3.6.0" },
+		reason:     "only the minor release matters: a 3.7.3 snapshot restores into 3.7.0",
+		opts:       func(o *FetchOptions) { o.EtcdVersion = "3.7.0" },
 		want:       good,
 		wantReason: "fetched and verified",
 	}, {

@@ -19,7 +19,7 @@ import (
 // certificate auth, and returns the CA that signed their certificates.
 func startTLSCluster(t *testing.T, size int) (*etcdtest.Cluster, *tlstest.CA) {
 	t.Helper()
-	return etcdtest.StartTLSCluster(t, etcdtest.Options{Size: size, Version: etcdtest.Version36})
+	return etcdtest.StartTLSCluster(t, etcdtest.Options{Size: size, Version: etcdtest.Version37})
 }
 
 func newCA(t *testing.T, name string) *tlstest.CA {

@@ -89,7 +89,10 @@ func TestNoSpaceRecovery(t *testing.T) {
 			c := dial(t, ec.Endpoints())
 			n := fillUntilNoSpace(t, cli, "fill/")
 
-			ms := readMembership(t, c)
+			// Each member lists the alarm once it has applied it from the
+			// log: a follower may be a moment behind the member that
+			// refused the put.
+			ms := waitMembership(t, c, "list an alarm", func(m sync.Member) bool { return len(m.Errors) > 0 })
 			leader := leaderOf(ms)
 			alarms := ms.Alarms()
 			// Each member that applies the write over quota raises the alarm
