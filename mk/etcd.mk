@@ -4,6 +4,7 @@
 #   make -f mk/etcd.mk etcd-bins      # build whatever of $(ETCD_BINS) is missing
 #   make -f mk/etcd.mk etcd-bin-3.4   # best effort: etcd 3.4 from Debian
 #   make -f mk/etcd.mk etcd-clean     # remove what these rules produced
+#   make -f mk/etcd.mk etcd-repin     # move each line to its newest patch release
 #
 # etcd's server module carries replace directives, so "go install
 # go.etcd.io/etcd/server/v3@vX" is refused; each release is instead pinned by
@@ -55,7 +56,13 @@ ETCD_GOBUILD = cd $(ETCD_MK_ROOT)/$(1) && \
 	CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp $(3) && \
 	mv -f $@.tmp $@
 
-.PHONY: etcd-bins etcd-bin-3.4 etcd-clean
+.PHONY: etcd-bins etcd-bin-3.4 etcd-clean etcd-repin
+
+# etcd-repin moves every pinned line to the newest patch release the module
+# proxy serves (CHECK=1: only report); see mk/etcd-repin.sh. The next
+# etcd-bins builds the new binaries.
+etcd-repin: ## move each pinned etcd line to its newest patch release (CHECK=1: only report)
+	GO="$(GO)" $(ETCD_MK_ROOT)/mk/etcd-repin.sh
 
 etcd-bins: $(ETCD_BINS)
 

@@ -3,6 +3,8 @@ package sync
 import (
 	"fmt"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Reasons of a downgrade through etcd's own protocol.
@@ -46,6 +48,10 @@ type downgradeState struct {
 	// protocol downgrade from, so the cluster version may be above the
 	// target.
 	above bool
+	// targetRuns: some member answers on the target line or below, so the
+	// cluster version, the lowest of the members' releases, is at most the
+	// target's.
+	targetRuns bool
 }
 
 // lineOf is "3.6" for "3.6.16", "v3.6.0" or "3.6"; "" when unparseable.
@@ -95,6 +101,11 @@ func (p *planner) downgradeState(views []memberView, leader memberView) downgrad
 		line := lineOf(v.Version)
 		if line != st.target {
 			allOnTarget = false
+		}
+		if from, ok := parseVersion(v.Version); ok {
+			if to, ok := parseVersion(p.spec.Version); ok && from.major == to.major && from.minor <= to.minor {
+				st.targetRuns = true
+			}
 		}
 		if needsDowngradeProtocol(v.Version, p.spec.Version) {
 			st.above = true
@@ -158,16 +169,36 @@ func (p *planner) downgradeStep(views []memberView, st downgradeState) (stepResu
 // the lower release it would otherwise refuse to start, however unwell it
 // was before. A member that does not answer keeps its release until it
 // does, and one whose release is unknown is held while any member runs
-// the line above.
+// the line above. The exception is a member that answers on the target
+// line: the cluster version is then at most the target's, and so is every
+// member's data. That is how setting the previous version back rescues a
+// member that an upgrade broke.
 func (p *planner) mayGetTarget(v memberView, st downgradeState) bool {
 	from := v.Version
-	if !v.Reachable && v.pod != nil {
-		from = v.pod.Annotations[AnnotationVersion]
+	if !v.Reachable {
+		from = imageRelease(v.pod)
 	}
 	if _, known := parseVersion(from); known && !needsDowngradeProtocol(from, p.spec.Version) {
 		return true
 	} else if !known && !st.above {
 		return true
 	}
+	if st.targetRuns {
+		return true
+	}
 	return st.enabled == st.target && v.Reachable && lineOf(v.StorageVersion) == st.target
+}
+
+// imageRelease is the release the tag of a member Pod's etcd image names
+// ("3.7.3" for quay.io/coreos/etcd:v3.7.3), or "".
+func imageRelease(pod *corev1.Pod) string {
+	if pod == nil {
+		return ""
+	}
+	image := containerImage(pod)
+	i := strings.LastIndexByte(image, ':')
+	if i < 0 || strings.Contains(image[i:], "/") {
+		return ""
+	}
+	return strings.TrimPrefix(image[i+1:], "v")
 }

@@ -135,14 +135,23 @@ func TestPlanDowngrade(t *testing.T) {
 		want: downgradeSummary{Reimaged: none,
 			Upgrading: "True/RollingUpgrade", Progressing: "True/WaitingForMember", Degraded: "True/MembersUnready"},
 	}, {
-		name:   "a member down during the roll keeps its release until it answers",
-		reason: "its own storage version is unknown: on 3.6 it might refuse to start",
+		name:   "a member down on 3.7 during the roll gets 3.6 at once",
+		reason: "a member answers on 3.6, so the cluster version and every member's data are at 3.6: the member serves nothing as it is",
 		in: with(lowered(downgradeCluster(to, "3.6", from, to, from), "3.6"), func(o *Observed) {
 			o.Pods[name(2)] = onVersion(memberPod(name(2), corev1.PodRunning, false), from)
 			o.Membership.Members[2].Reachable = false
 		}),
-		want: downgradeSummary{Reimaged: none,
-			Upgrading: "True/RollingUpgrade", Progressing: "True/WaitingForMember", Degraded: "True/MembersUnready"},
+		want: downgradeSummary{Reimaged: map[string]string{name(2): image},
+			Upgrading: "True/RollingUpgrade", Progressing: "True/RollingUpgrade", Degraded: "True/MembersUnready"},
+	}, {
+		name:   "a broken upgrade to 3.7 is set back",
+		reason: "the other members still answer on 3.6, so the cluster version never left 3.6: the member on 3.7 is rescued at once, as before downgrades existed",
+		in: with(downgradeCluster(to, "", from, to, to), func(o *Observed) {
+			o.Pods[name(0)] = onVersion(memberPod(name(0), corev1.PodRunning, false), from)
+			o.Membership.Members[0].Reachable = false
+		}),
+		want: downgradeSummary{Reimaged: map[string]string{name(0): image},
+			Upgrading: "True/RollingUpgrade", Progressing: "True/RollingUpgrade", Degraded: "True/MembersUnready"},
 	}, {
 		name:   "set back before any binary changed: cancelled in etcd",
 		reason: "left enabled, etcd would hold the cluster version at 3.6",
@@ -221,7 +230,109 @@ func TestDowngradeRefusalNamesEtcdsReason(t *testing.T) {
 	if want := "etcdserver: cluster has a downgrade job in progress"; !strings.Contains(msg, want) {
 		t.Errorf("Degraded message %q does not name etcd's reason %q", msg, want)
 	}
+	// Not Stalled: etcd refuses a downgrade for a passing reason too (the
+	// cluster version still catching up after an upgrade), and the hook
+	// asks again on every sync; Flux fails a health check at the first
+	// Stalled=True.
+	if st, rc := conditionOf(d.Status, v1beta2.ConditionStalled), conditionOf(d.Status, v1beta2.ConditionReconciling); st.Status != "False" || rc.Status != "True" {
+		t.Errorf("Stalled %s/%s, Reconciling %s/%s: want a refusal the hook retries (Stalled False, Reconciling True)", st.Status, st.Reason, rc.Status, rc.Reason)
+	}
 	if got := summarizeUpgrade(o, d).Reimaged; len(got) > 0 {
 		t.Errorf("Pods given another image after a refusal: %v", got)
 	}
+}
+
+// downgradeScenario turns fuzz bytes into a cluster somewhere in a change
+// between 3.6 and 3.7 (or a refused one to 3.5): each member's release,
+// storage version, reachability and readiness, the downgrade etcd has
+// enabled, and the leader.
+func downgradeScenario(data []byte) *Observed {
+	next := func() byte {
+		if len(data) == 0 {
+			return 0
+		}
+		b := data[0]
+		data = data[1:]
+		return b
+	}
+	releases := []string{"3.6.16", "3.7.3"}
+	target := []string{"3.6.16", "3.7.3", "3.5.35", "3.6.15"}[next()%4]
+	enabled := []string{"", "3.6", "3.5"}[next()%3]
+	n := int(next()%5) + 1
+	versions := make([]string, n)
+	for i := range versions {
+		versions[i] = releases[next()%2]
+	}
+	o := downgradeCluster(target, enabled, versions...)
+	o.Membership.LeaderID = uint64(next()%byte(n)) + 1
+	for i := range o.Membership.Members {
+		bits := next()
+		m := &o.Membership.Members[i]
+		m.StorageVersion = []string{"3.6.0", "3.7.0"}[bits&1]
+		if bits&2 != 0 {
+			m.Reachable = false
+			m.Version, m.StorageVersion, m.DowngradeTarget = "", "", ""
+		}
+		if bits&4 != 0 {
+			o.Pods[name(i)] = onVersion(memberPod(name(i), corev1.PodRunning, false), versions[i])
+		}
+	}
+	return o
+}
+
+// FuzzDowngrade: whatever the members report, no member gets the 3.6 image
+// from 3.7 unless a member answers on 3.6, or etcd's downgrade to 3.6 is
+// enabled and the member itself answered with its storage version lowered; etcd's downgrade is enabled
+// only when every member answers, is ready and runs the line just above
+// the target, 3.6 or later; and at most one
+// ready member changes image per answer.
+func FuzzDowngrade(f *testing.F) {
+	f.Add([]byte{0, 0, 3, 1, 1, 1, 0, 0, 0, 0})
+	f.Add([]byte{0, 1, 3, 1, 1, 1, 0, 0, 0, 0})
+	f.Add([]byte{0, 1, 3, 1, 0, 1, 2, 0, 0, 3})
+	f.Add([]byte{1, 1, 2, 0, 1, 1, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		o := downgradeScenario(data)
+		members := map[string]Member{}
+		for _, m := range o.Membership.Members {
+			members[MemberName(m, o.Cluster.Name)] = m
+		}
+		// etcd's downgrade is the cluster's: any member that answers knows it.
+		enabled, lowerRuns := "", false
+		for _, m := range o.Membership.Members {
+			if m.Reachable {
+				enabled = lineOf(m.DowngradeTarget)
+				lowerRuns = lowerRuns || lineOf(m.Version) == "3.6"
+			}
+		}
+		d := Plan(o)
+		lower := "quay.io/coreos/etcd:v" + o.Cluster.Spec.Version
+		readyChanged := 0
+		for pod, img := range summarizeUpgrade(o, d).Reimaged {
+			was := containerImage(o.Pods[pod])
+			if podReady(o.Pods[pod]) {
+				readyChanged++
+			}
+			if img != lower || !strings.Contains(was, "v3.7.") || !strings.HasPrefix(o.Cluster.Spec.Version, "3.6.") {
+				continue
+			}
+			m := members[pod]
+			// A member answering on 3.6 holds the cluster version, and so
+			// every member's data, at 3.6.
+			if !lowerRuns && (!m.Reachable || lineOf(m.StorageVersion) != "3.6" || enabled != "3.6") {
+				t.Fatalf("%s moved from %s to %s with member %+v, downgrade enabled %q: etcd has not lowered it", pod, was, img, m, enabled)
+			}
+		}
+		if readyChanged > 1 {
+			t.Fatalf("%d ready members changed image in one answer", readyChanged)
+		}
+		if a := d.Action; a != nil && a.Type == ActionEnableDowngrade {
+			for _, m := range o.Membership.Members {
+				pod := o.Pods[MemberName(m, o.Cluster.Name)]
+				if !m.Reachable || !podReady(pod) || !needsDowngradeProtocol(m.Version, a.Version+".0") {
+					t.Fatalf("downgrade enabled with member %+v (Pod ready %v)", m, podReady(pod))
+				}
+			}
+		}
+	})
 }
