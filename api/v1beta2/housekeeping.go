@@ -139,11 +139,15 @@ type HousekeepingStatus struct {
 	Defragmenting string `json:"defragmenting,omitempty"`
 
 	// Defragmented are the members the NOSPACE recovery defragmented since
-	// it compacted to CompactedRevision. Their files are then what their
-	// data takes; a member still over 80% of the quota holds more than
-	// fits. (Until a member writes again after a compaction, etcd counts
-	// the pages it freed as in use: only a defragmentation shows what the
-	// data takes while NOSPACE refuses writes.)
+	// it compacted to CompactedRevision. Their files then show what their
+	// data takes, unless the defragmentation came before etcd had finished
+	// the compaction on that member (it drops old revisions in the
+	// background, in batches): a member still over 80% of the quota whose
+	// file shows unused space, or is larger than another member's, is
+	// defragmented again; one that shows neither holds more than fits.
+	// (Until a member writes again after a compaction, etcd counts the
+	// pages it freed as in use: only a defragmentation shows what the data
+	// takes while NOSPACE refuses writes.)
 	// +optional
 	Defragmented []string `json:"defragmented,omitempty"`
 }
