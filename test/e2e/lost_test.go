@@ -20,9 +20,6 @@ import (
 // would reconnect to it and find their data, and revisions, silently gone.
 
 const (
-	// lostHold is how long a lost cluster is watched for a new seed: longer
-	// than a dozen of the hook's resyncs in trouble (5 s) and a hook restart.
-	lostHold = 60 * time.Second
 	// recreateAnnotation is the way out the status names.
 	recreateAnnotation = "etcd.database.coreos.com/recreate-empty"
 	sentinelKey        = "/lost/sentinel"
@@ -208,7 +205,7 @@ func TestAllMembersLost(t *testing.T) {
 	ackedAtLoss := s.w.Acked()
 	s.waitAnsweredAfter(time.Now())
 	s.restartHook()
-	time.Sleep(lostHold / 3)
+	time.Sleep(lostHold() / 3)
 	_, unwritten, _ := s.c.Parent()
 	if unwritten.Phase != "Running" {
 		t.Errorf("%s: status writes were dropped, yet the status reads %s", fault, describeStatus(unwritten))
@@ -222,7 +219,7 @@ func TestAllMembersLost(t *testing.T) {
 	s.waitParent(30*time.Second, "AllMembersLost", isAllMembersLost)
 	reported := time.Since(resumedAt)
 	s.restartHook()
-	if rest := lostHold - time.Since(deletedAt); rest > 0 {
+	if rest := lostHold() - time.Since(deletedAt); rest > 0 {
 		time.Sleep(rest)
 	}
 	polls, violations := watch.stop()
@@ -231,7 +228,7 @@ func TestAllMembersLost(t *testing.T) {
 		t.Errorf("%s: %d violations while lost:\n%s", fault, len(violations), strings.Join(violations, "\n"))
 	}
 	// A probe waits out its timeouts against a Service with no endpoint.
-	if polls < int(lostHold/(2*time.Second)) {
+	if polls < int(lostHold()/(2*time.Second)) {
 		t.Errorf("%s: only %d probes in %s", fault, polls, held)
 	}
 	if acked := s.w.Acked(); acked != ackedAtLoss {
@@ -256,7 +253,7 @@ func TestAllMembersLost(t *testing.T) {
 	s.checkServicesKept(fault)
 
 	observed := fmt.Sprintf("%d status writes dropped over %s, the hook restarted after its first answer: the status still read Running, no seed; writes resumed: AllMembersLost %s later; hook restarted again; held %s in all: no Pod, %d probes through the client Service, none served, the writer acknowledged 0 puts after the loss",
-		dropped, lostHold/3, reported.Round(100*time.Millisecond), held.Round(time.Second), polls)
+		dropped, lostHold()/3, reported.Round(100*time.Millisecond), held.Round(time.Second), polls)
 	report := func(healthy string) {
 		ReportFailure(t, Failure{
 			Fault:       fault,
@@ -368,7 +365,7 @@ func TestAllPodsAndClaimsDeleted(t *testing.T) {
 	watch := s.watchLost()
 	s.waitParent(30*time.Second, "AllMembersLost", isAllMembersLost)
 	reported := time.Since(deletedAt)
-	if rest := lostHold - time.Since(deletedAt); rest > 0 {
+	if rest := lostHold() - time.Since(deletedAt); rest > 0 {
 		time.Sleep(rest)
 	}
 	polls, violations := watch.stop()
@@ -445,4 +442,15 @@ func (s *scenario) cacheShowsNothing() {
 		Observed:    fmt.Sprintf("Available reasons while hidden: %v; Pods unchanged (same UIDs), 0 membership changes; converged %s after the children showed again", statuses, round(at.Sub(start))),
 		Undisturbed: true,
 	})
+}
+
+// lostHold is how long a lost cluster is watched for a new seed: longer
+// than a dozen of the hook's resyncs in trouble (5 s) and a hook restart.
+// make test (-short) watches for half as long, still six resyncs; make
+// test-full for the whole minute.
+func lostHold() time.Duration {
+	if testing.Short() {
+		return 30 * time.Second
+	}
+	return time.Minute
 }

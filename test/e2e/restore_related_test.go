@@ -68,7 +68,12 @@ const (
 // on the restored data, and bring back every write acknowledged up to its
 // revision.
 func TestRestoreBesideRelatedBackups(t *testing.T) {
+	// Two rounds: the second restores over a cluster a restore made.
+	// make test (-short) runs one.
 	rounds := 2
+	if testing.Short() {
+		rounds = 1
+	}
 	if v := os.Getenv(restoreRoundsEnv); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
