@@ -247,14 +247,7 @@ func TestDowngradeRefusalNamesEtcdsReason(t *testing.T) {
 // storage version, reachability and readiness, the downgrade etcd has
 // enabled, and the leader.
 func downgradeScenario(data []byte) *Observed {
-	next := func() byte {
-		if len(data) == 0 {
-			return 0
-		}
-		b := data[0]
-		data = data[1:]
-		return b
-	}
+	next := fuzzBytes(data)
 	releases := []string{"3.6.16", "3.7.3"}
 	target := []string{"3.6.16", "3.7.3", "3.5.35", "3.6.15"}[next()%4]
 	enabled := []string{"", "3.6", "3.5"}[next()%3]

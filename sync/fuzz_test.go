@@ -15,10 +15,10 @@ import (
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 )
 
-// scenario turns fuzz bytes into an observation: each byte decides one
-// more thing about the cluster, so every prefix is a valid scenario.
-func scenario(data []byte) *Observed {
-	next := func() byte {
+// fuzzBytes hands out a fuzz input one byte at a time, then zeros, so
+// that every prefix of an input is a valid scenario.
+func fuzzBytes(data []byte) func() byte {
+	return func() byte {
 		if len(data) == 0 {
 			return 0
 		}
@@ -26,6 +26,12 @@ func scenario(data []byte) *Observed {
 		data = data[1:]
 		return b
 	}
+}
+
+// scenario turns fuzz bytes into an observation: each byte decides one
+// more thing about the cluster, so every prefix is a valid scenario.
+func scenario(data []byte) *Observed {
+	next := fuzzBytes(data)
 	size := int(next()%9) - 1 // -1 .. 7, including invalid sizes
 	c := newCluster(size, []string{"3.6.16", "3.5.35", "3.3.25", "3.2.13"}[next()%4])
 	if size < 1 {

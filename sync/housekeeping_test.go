@@ -628,14 +628,7 @@ func FuzzHousekeeping(f *testing.F) {
 	// follower, whose defragmentation comes before it is done.
 	f.Add([]byte{2, 0, 249, 0, 137, 0, 0, 0, 0, 250, 0, 0, 3, 0, 7, 0, 4, 7, 0, 4, 7, 0, 4, 7, 0, 4, 7, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		next := func() byte {
-			if len(data) == 0 {
-				return 0
-			}
-			b := data[0]
-			data = data[1:]
-			return b
-		}
+		next := fuzzBytes(data)
 		type simMember struct {
 			file, inUse, live int64 // MiB; inUse lags live after a compaction
 			defragLeft        int   // syncs until its defragmentation ends; -1: none
