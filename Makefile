@@ -128,7 +128,10 @@ e2e-deps:
 # compiled for -list; test/e2e is left out (its TestMain may set up a world).
 # Minimizing a new interesting input is bounded (100 runs): unbounded, it
 # can outlast a short FUZZTIME, and the fuzzer then fails with "context
-# deadline exceeded" although no input failed.
+# deadline exceeded" although no input failed. Go's fuzzer still says that
+# now and then when its deadline finds a worker mid-input (seen on
+# FuzzHousekeeping, whose inputs run 100 syncs each): a run that says so and
+# wrote no failing input (a real failure always does) is not counted as one.
 fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 	@found=0; \
 	pkgs=$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' ./...); \
@@ -139,7 +142,13 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 		for target in $$(echo "$$list" | grep '^Fuzz' || true); do \
 			found=$$((found + 1)); \
 			echo "--- fuzz $$pkg $$target ($(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=100x "$$pkg" </dev/null; \
+			out=$$($(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=100x "$$pkg" </dev/null 2>&1); rc=$$?; \
+			echo "$$out"; \
+			if [ $$rc -ne 0 ]; then \
+				if echo "$$out" | grep -q 'context deadline exceeded' && ! echo "$$out" | grep -q 'Failing input written'; then \
+					echo "fuzz: $$target stopped on Go's own deadline while a worker was mid-input, with no failing input: not a failure"; \
+				else exit 1; fi; \
+			fi; \
 		done; \
 	done <<< "$$pkgs"; \
 	if [ "$$found" -eq 0 ]; then echo "fuzz: no fuzz targets found"; fi
