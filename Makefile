@@ -142,7 +142,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 		for target in $$(echo "$$list" | grep '^Fuzz' || true); do \
 			found=$$((found + 1)); \
 			echo "--- fuzz $$pkg $$target ($(FUZZTIME))"; \
-			out=$$($(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=100x "$$pkg" </dev/null 2>&1); rc=$$?; \
+			rc=0; out=$$($(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=100x "$$pkg" </dev/null 2>&1) || rc=$$?; \
 			echo "$$out"; \
 			if [ $$rc -ne 0 ]; then \
 				if echo "$$out" | grep -q 'context deadline exceeded' && ! echo "$$out" | grep -q 'Failing input written'; then \
