@@ -76,18 +76,13 @@ func needsDowngradeProtocol(running, target string) bool {
 
 func (p *planner) downgradeState(views []memberView, leader memberView) downgradeState {
 	st := downgradeState{target: lineOf(p.spec.Version)}
-	enabledBy := func(m Member) string {
-		if m.DowngradeTarget == "" {
-			return ""
-		}
-		return lineOf(m.DowngradeTarget)
-	}
+	// lineOf("") is "": no downgrade enabled.
 	if leader.Reachable {
-		st.enabled = enabledBy(leader.Member)
+		st.enabled = lineOf(leader.DowngradeTarget)
 	} else {
 		for _, v := range views {
 			if v.Reachable && v.DowngradeTarget != "" {
-				st.enabled = enabledBy(v.Member)
+				st.enabled = lineOf(v.DowngradeTarget)
 				break
 			}
 		}
