@@ -11,7 +11,7 @@ RUN go mod download
 
 COPY . .
 RUN CGO_ENABLED=0 GOFLAGS=-buildvcs=false \
-    go build -trimpath -ldflags="-s -w" -o /out/etcd-hook ./server
+    go build -trimpath -ldflags="-s -w" -o /out/etcd-hook ./cmd/etcd-hook
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/etcd-hook /etcd-hook

@@ -66,7 +66,7 @@ help: ## list the targets
 	@echo "Variables: ADDR=$(ADDR) IMAGE=$(IMAGE) FUZZTIME=$(FUZZTIME) BENCHTIME=$(BENCHTIME)"
 
 build: ## build bin/etcd-hook (static, CGO_ENABLED=0)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(HOOK_BIN) ./server
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(HOOK_BIN) ./cmd/etcd-hook
 
 run: build ## build and run the hook on ADDR (default 127.0.0.1:8080)
 	$(HOOK_BIN) --addr $(ADDR)

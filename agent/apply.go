@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/etcdhook/etcd-hook/agent/report"
 )
 
 // ApplyOptions is one "etcd-hook restore apply", run in the etcd image of
@@ -84,15 +86,15 @@ func (o ApplyOptions) Validate() error {
 // Apply restores opts.Snapshot into opts.DataDir with the release's tool,
 // unless the data dir already holds a member, in which case it changes
 // nothing at all: that member may have written since its restore.
-func Apply(ctx context.Context, opts ApplyOptions) RestoreResult {
+func Apply(ctx context.Context, opts ApplyOptions) report.RestoreResult {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if err := opts.Validate(); err != nil {
-		return RestoreResult{Reason: err.Error()}
+		return report.RestoreResult{Reason: err.Error()}
 	}
-	res := RestoreResult{Source: opts.Snapshot}
+	res := report.RestoreResult{Source: opts.Snapshot}
 	dataDir := filepath.Clean(opts.DataDir)
 	member := filepath.Join(dataDir, "member")
 	switch _, err := os.Stat(member); {

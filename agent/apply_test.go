@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdhook/etcd-hook/agent/report"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 )
 
@@ -94,7 +95,7 @@ func applyOptions(t *testing.T, etcdutl, dir string) (ApplyOptions, *bytes.Buffe
 	}, out
 }
 
-func apply(t *testing.T, opts ApplyOptions, out *bytes.Buffer) RestoreResult {
+func apply(t *testing.T, opts ApplyOptions, out *bytes.Buffer) report.RestoreResult {
 	t.Helper()
 	res := Apply(context.Background(), opts)
 	t.Logf("reason: %s", res.Reason)
@@ -175,7 +176,7 @@ func TestApply(t *testing.T) {
 				opts, out := applyOptions(t, etcdutl, dir)
 				place(t, snapshot, opts.Snapshot)
 				res := apply(t, opts, out)
-				if d := cmp.Diff(RestoreResult{Succeeded: true, Source: opts.Snapshot}, res, ignoreReason); d != "" {
+				if d := cmp.Diff(report.RestoreResult{Succeeded: true, Source: opts.Snapshot}, res, ignoreReason); d != "" {
 					t.Fatalf("(-want +got):\n%s", d)
 				}
 				for _, p := range []string{opts.Snapshot, recordPath(opts.Snapshot), opts.DataDir + restoringSuffix} {
@@ -197,7 +198,7 @@ func TestApply(t *testing.T) {
 				place(t, snapshot, opts.Snapshot)
 				before := listing(t, dir, true)
 				again := apply(t, opts, out)
-				if d := cmp.Diff(RestoreResult{Succeeded: true, AlreadyRestored: true, Source: opts.Snapshot}, again, ignoreReason); d != "" {
+				if d := cmp.Diff(report.RestoreResult{Succeeded: true, AlreadyRestored: true, Source: opts.Snapshot}, again, ignoreReason); d != "" {
 					t.Errorf("a rerun over the member's data (-want +got):\n%s", d)
 				}
 				if d := cmp.Diff(before, listing(t, dir, true)); d != "" {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/etcdhook/etcd-hook/agent/report"
 )
 
 // The S3 Secret of a CoreOS EtcdBackup holds the AWS shared files
@@ -14,11 +16,7 @@ import (
 // They are parsed here rather than by an SDK's loader: that loader also
 // runs a credential_process command named in the file, which has no place
 // in a backup Pod.
-const (
-	CredentialsFile = "credentials"
-	ConfigFile      = "config"
-	profile         = "default"
-)
+const profile = "default"
 
 // AWSProfile is what the agent takes from the shared files.
 type AWSProfile struct {
@@ -32,7 +30,7 @@ type AWSProfile struct {
 // it gives the region).
 func LoadAWSProfile(dir string) (AWSProfile, error) {
 	var p AWSProfile
-	credsPath := filepath.Join(dir, CredentialsFile)
+	credsPath := filepath.Join(dir, report.CredentialsFile)
 	data, err := os.ReadFile(credsPath)
 	if err != nil {
 		return p, fmt.Errorf("the AWS credentials file: %w", err)
@@ -44,7 +42,7 @@ func LoadAWSProfile(dir string) (AWSProfile, error) {
 			return p, fmt.Errorf("the AWS credentials file %s has no %s in its [%s] profile", credsPath, key, profile)
 		}
 	}
-	data, err = os.ReadFile(filepath.Join(dir, ConfigFile))
+	data, err = os.ReadFile(filepath.Join(dir, report.ConfigFile))
 	switch {
 	case os.IsNotExist(err):
 	case err != nil:

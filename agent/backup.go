@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/etcdhook/etcd-hook/agent/report"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -36,25 +37,6 @@ type BackupOptions struct {
 	Timeout time.Duration
 	Logger  *slog.Logger
 	Now     func() time.Time
-}
-
-// Result is what a run reports, as JSON in the termination message. It
-// stays well under the kubelet's 4096-byte limit.
-type Result struct {
-	Succeeded    bool   `json:"succeeded"`
-	Reason       string `json:"reason,omitempty"`
-	EtcdVersion  string `json:"etcdVersion,omitempty"`
-	EtcdRevision int64  `json:"etcdRevision,omitempty"`
-	ClusterID    string `json:"clusterID,omitempty"`
-	// Member is the endpoint the snapshot was taken from.
-	Member   string    `json:"member,omitempty"`
-	Location string    `json:"location,omitempty"`
-	Size     int64     `json:"size,omitempty"`
-	SHA256   string    `json:"sha256,omitempty"`
-	Start    time.Time `json:"start"`
-	End      time.Time `json:"end"`
-	// Pruned counts the older backups retention deleted.
-	Pruned int `json:"pruned,omitempty"`
 }
 
 // What is stored with each object: user metadata (x-amz-meta-*) set when
@@ -92,7 +74,7 @@ type Store interface {
 // member has proven it is part of a quorum; its etcdRevision is read
 // through the quorum just before the snapshot starts, so every write
 // acknowledged at or before it is in the snapshot.
-func Backup(ctx context.Context, opts BackupOptions, store Store, base string) Result {
+func Backup(ctx context.Context, opts BackupOptions, store Store, base string) report.BackupResult {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
@@ -101,8 +83,8 @@ func Backup(ctx context.Context, opts BackupOptions, store Store, base string) R
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	res := Result{Start: now().UTC()}
-	fail := func(err error) Result {
+	res := report.BackupResult{Start: now().UTC()}
+	fail := func(err error) report.BackupResult {
 		res.Succeeded, res.Reason, res.End = false, err.Error(), now().UTC()
 		log.Error("backup failed", "reason", res.Reason)
 		return res
@@ -305,7 +287,9 @@ func newClientFor(endpoints []string, tc *tls.Config, opts ...grpc.DialOption) (
 
 // WriteResult writes the result where the kubelet reads the termination
 // message.
-func WriteResult(path string, r Result) error { return writeTerminationMessage(path, &r, &r.Reason) }
+func WriteResult(path string, r report.BackupResult) error {
+	return writeTerminationMessage(path, &r, &r.Reason)
+}
 
 // writeTerminationMessage writes v as JSON where the kubelet reads the
 // termination message, shortening *reason when the whole would pass the

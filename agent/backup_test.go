@@ -17,6 +17,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdhook/etcd-hook/agent/report"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/internal/s3test"
 )
@@ -80,7 +81,7 @@ func (f *fixture) put(t *testing.T, prefix string, n int) int64 {
 	return rev
 }
 
-func (f *fixture) backup(t *testing.T, opts BackupOptions, cfg S3Config) Result {
+func (f *fixture) backup(t *testing.T, opts BackupOptions, cfg S3Config) report.BackupResult {
 	t.Helper()
 	if opts.Endpoints == nil {
 		opts.Endpoints = f.etcd.Endpoints()
@@ -201,7 +202,7 @@ func TestBackupOneShot(t *testing.T) {
 func TestBackupPeriodicRetention(t *testing.T) {
 	f := newFixture(t, 1)
 	at := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
-	var results []Result
+	var results []report.BackupResult
 	for i := range 5 {
 		// 2, 5, 9, 14, 20 more keys: the revisions cross from one digit to two.
 		f.put(t, fmt.Sprintf("/round%d/", i), i+2)
@@ -282,7 +283,7 @@ func TestBackupFaults(t *testing.T) {
 
 // checkUntouched: the object stored by an earlier run is still the same,
 // and no multipart upload was left behind.
-func (f *fixture) checkUntouched(t *testing.T, earlier Result) {
+func (f *fixture) checkUntouched(t *testing.T, earlier report.BackupResult) {
 	t.Helper()
 	path, _ := f.download(t, f.cfg.Key())
 	data, err := os.ReadFile(path)

@@ -6,7 +6,7 @@
 // and watches: a snapshot can take far longer than Metacontroller's 10 s
 // hook timeout, and the hook never streams data.
 //
-// A run reports its outcome as one JSON document (Result, RestoreResult),
+// A run reports its outcome as one JSON document (report.BackupResult, report.RestoreResult),
 // written to the container's termination message, which is how the hook
 // learns it without talking to the store.
 package agent

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/etcdhook/etcd-hook/agent/report"
 )
 
 // A restored cluster's seed member gets two init containers. The first,
@@ -24,53 +26,9 @@ import (
 // A Pod sandbox restart re-runs both, possibly over a data dir the member
 // has written to since: both then change nothing.
 
-// ExitBackupUnusable is the exit code of a fetch whose backup cannot be
-// restored however often it is retried: missing, unreadable with the given
-// credentials, corrupt or truncated, not the expected one, or written by a
-// newer etcd. Any other failure exits 1 and is worth a retry (the kubelet
-// restarts the init container).
-const ExitBackupUnusable = 3
-
-// RestoreResult is what a restore step reports, as JSON in its termination
-// message (at most 4096 bytes; the reason is shortened to fit). Apply fills
-// only Succeeded, Reason, Source and AlreadyRestored.
-type RestoreResult struct {
-	Succeeded bool `json:"succeeded"`
-	// Permanent says the backup itself is unusable (ExitBackupUnusable).
-	Permanent bool   `json:"permanent"`
-	Reason    string `json:"reason"`
-	// Source is "s3://<bucket>/<key>" or the backup file's path.
-	Source string `json:"source"`
-	Size   int64  `json:"size"`
-	// SHA256 is the hex sha256 of the whole snapshot, trailer included: what
-	// our backups store with the object.
-	SHA256 string `json:"sha256"`
-	// Revision is the snapshot's store revision (before any bump).
-	Revision int64 `json:"revision"`
-	// EtcdVersion is the release that wrote the snapshot: "3.6.16" from our
-	// backups' metadata, "3.6" from the database's storage version, or empty
-	// for a snapshot of etcd 3.5 or older without metadata.
-	EtcdVersion string `json:"etcdVersion"`
-	// AlreadyRestored says the member's data dir already held a member:
-	// nothing was fetched or changed.
-	AlreadyRestored bool `json:"alreadyRestored"`
-}
-
-// ExitCode is the step's exit code for r.
-func (r RestoreResult) ExitCode() int {
-	switch {
-	case r.Succeeded:
-		return 0
-	case r.Permanent:
-		return ExitBackupUnusable
-	default:
-		return 1
-	}
-}
-
 // WriteRestoreResult writes r where the kubelet reads the termination
 // message.
-func WriteRestoreResult(path string, r RestoreResult) error {
+func WriteRestoreResult(path string, r report.RestoreResult) error {
 	return writeTerminationMessage(path, &r, &r.Reason)
 }
 
@@ -155,17 +113,17 @@ func (o FetchOptions) source(log *slog.Logger) snapshotSource {
 // that passed them: etcd's sha256 trailer, the object's sha256 against
 // opts.SHA256 and against the one stored with it, a bbolt database with
 // etcd's buckets, and an etcd release no newer than the cluster's.
-func Fetch(ctx context.Context, opts FetchOptions) RestoreResult {
+func Fetch(ctx context.Context, opts FetchOptions) report.RestoreResult {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if err := opts.Validate(); err != nil {
-		return RestoreResult{Reason: err.Error()}
+		return report.RestoreResult{Reason: err.Error()}
 	}
 	src := opts.source(log)
-	res := RestoreResult{Source: src.location()}
-	fail := func(err error) RestoreResult {
+	res := report.RestoreResult{Source: src.location()}
+	fail := func(err error) report.RestoreResult {
 		res.Succeeded, res.Permanent, res.Reason = false, isUnusable(err), err.Error()
 		log.Error("restore fetch failed", "source", res.Source, "permanent", res.Permanent, "reason", res.Reason)
 		return res
@@ -234,19 +192,19 @@ const snapshotPartialInfix = ".partial-"
 // opts.Snapshot, if it is from the same source (and has the sha256 asked
 // for) and the file still passes every local check. Anything less, and the
 // snapshot is fetched again.
-func reuse(opts FetchOptions, source string, log *slog.Logger) (RestoreResult, bool) {
+func reuse(opts FetchOptions, source string, log *slog.Logger) (report.RestoreResult, bool) {
 	data, err := os.ReadFile(recordPath(opts.Snapshot))
 	if err != nil {
-		return RestoreResult{}, false
+		return report.RestoreResult{}, false
 	}
-	var prev RestoreResult
+	var prev report.RestoreResult
 	if err := json.Unmarshal(data, &prev); err != nil {
 		log.Warn("the record of an earlier fetch is unreadable; fetching again", "error", err)
-		return RestoreResult{}, false
+		return report.RestoreResult{}, false
 	}
 	if prev.Source != source || (opts.SHA256 != "" && !strings.EqualFold(prev.SHA256, opts.SHA256)) {
 		log.Info("an earlier fetch placed another snapshot; fetching again", "had", prev.Source, "sha256", prev.SHA256)
-		return RestoreResult{}, false
+		return report.RestoreResult{}, false
 	}
 	got, err := verifyLocal(opts, opts.Snapshot, prev.EtcdVersion)
 	if err == nil && (got.SHA256 != prev.SHA256 || got.Size != prev.Size) {
@@ -254,7 +212,7 @@ func reuse(opts FetchOptions, source string, log *slog.Logger) (RestoreResult, b
 	}
 	if err != nil {
 		log.Warn("the snapshot an earlier fetch placed no longer checks out; fetching again", "snapshot", opts.Snapshot, "error", err)
-		return RestoreResult{}, false
+		return report.RestoreResult{}, false
 	}
 	prev.Revision, prev.EtcdVersion = got.Revision, got.EtcdVersion
 	return prev, true

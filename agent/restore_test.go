@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/minio/minio-go/v7"
 
+	"github.com/etcdhook/etcd-hook/agent/report"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/internal/s3test"
 )
@@ -23,8 +24,8 @@ import (
 // it made by Backup, and damaged copies of that backup beside it.
 type restoreFixture struct {
 	*fixture
-	// backup is the Result of the backup at f.cfg.Key(); object its bytes.
-	backup Result
+	// backup is the report.BackupResult of the backup at f.cfg.Key(); object its bytes.
+	backup report.BackupResult
 	object []byte
 	// last is the revision of the last key written before the backup.
 	last   int64
@@ -99,7 +100,7 @@ func (f *restoreFixture) options(t *testing.T, key string) FetchOptions {
 }
 
 // ignoreReason: reasons are checked by substring, the rest exactly.
-var ignoreReason = cmpopts.IgnoreFields(RestoreResult{}, "Reason")
+var ignoreReason = cmpopts.IgnoreFields(report.RestoreResult{}, "Reason")
 
 // TestFetch: each backup either ends up at --snapshot, verified, with the
 // result naming its revision and release, or is refused with nothing left
@@ -108,7 +109,7 @@ var ignoreReason = cmpopts.IgnoreFields(RestoreResult{}, "Reason")
 func TestFetch(t *testing.T) {
 	f := newRestoreFixture(t)
 	source := "s3://" + bucket + "/" + f.cfg.Key()
-	good := RestoreResult{Succeeded: true, Source: source, Size: f.backup.Size, SHA256: f.backup.SHA256, Revision: f.last, EtcdVersion: etcdtest.Version37}
+	good := report.RestoreResult{Succeeded: true, Source: source, Size: f.backup.Size, SHA256: f.backup.SHA256, Revision: f.last, EtcdVersion: etcdtest.Version37}
 
 	// The same snapshot on a volume: with FileStore's metadata beside it,
 	// and bare, as if copied there by hand.
@@ -135,7 +136,7 @@ func TestFetch(t *testing.T) {
 		reason     string
 		key        string
 		opts       func(*FetchOptions)
-		want       RestoreResult
+		want       report.RestoreResult
 		wantReason string
 	}{{
 		name:   "s3",
@@ -150,12 +151,12 @@ func TestFetch(t *testing.T) {
 		name:   "file with metadata",
 		reason: "a FileStore backup: its .json gives the release and the sha256 it must have",
 		opts:   func(o *FetchOptions) { o.S3, o.File = nil, withMeta },
-		want:   RestoreResult{Succeeded: true, Source: withMeta, Size: fileBackup.Size, SHA256: fileBackup.SHA256, Revision: f.last, EtcdVersion: etcdtest.Version37},
+		want:   report.RestoreResult{Succeeded: true, Source: withMeta, Size: fileBackup.Size, SHA256: fileBackup.SHA256, Revision: f.last, EtcdVersion: etcdtest.Version37},
 	}, {
 		name:   "bare file",
 		reason: "without metadata, the release is the database's storage version, major.minor",
 		opts:   func(o *FetchOptions) { o.S3, o.File = nil, bare },
-		want:   RestoreResult{Succeeded: true, Source: bare, Size: f.backup.Size, SHA256: f.backup.SHA256, Revision: f.last, EtcdVersion: "3.7"},
+		want:   report.RestoreResult{Succeeded: true, Source: bare, Size: f.backup.Size, SHA256: f.backup.SHA256, Revision: f.last, EtcdVersion: "3.7"},
 	}, {
 		name:   "already restored",
 		reason: "a data dir holding a member is never touched: nothing is fetched, not even a missing object",
@@ -166,73 +167,73 @@ func TestFetch(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		want:       RestoreResult{Succeeded: true, AlreadyRestored: true, Source: "s3://" + bucket + "/" + keyMissing},
+		want:       report.RestoreResult{Succeeded: true, AlreadyRestored: true, Source: "s3://" + bucket + "/" + keyMissing},
 		wantReason: "already holds a member",
 	}, {
 		name:       "missing object",
 		reason:     "NoSuchKey: the backup is not there, and will not be on a retry",
 		key:        keyMissing,
-		want:       RestoreResult{Permanent: true, Source: "s3://" + bucket + "/" + keyMissing},
+		want:       report.RestoreResult{Permanent: true, Source: "s3://" + bucket + "/" + keyMissing},
 		wantReason: "the object does not exist in the bucket",
 	}, {
 		name:       "missing bucket",
 		reason:     "NoSuchBucket is as permanent as a missing key",
 		opts:       func(o *FetchOptions) { o.S3.Path = "no-such-bucket/etcd.backup" },
-		want:       RestoreResult{Permanent: true, Source: "s3://no-such-bucket/etcd.backup"},
+		want:       report.RestoreResult{Permanent: true, Source: "s3://no-such-bucket/etcd.backup"},
 		wantReason: `the bucket "no-such-bucket" does not exist`,
 	}, {
 		name:       "wrong secret",
 		reason:     "SignatureDoesNotMatch: the awsSecret is wrong until someone fixes it",
 		opts:       func(o *FetchOptions) { o.S3.AWSDir = wrongSecret },
-		want:       RestoreResult{Permanent: true, Source: source},
+		want:       report.RestoreResult{Permanent: true, Source: source},
 		wantReason: "refused the credentials",
 	}, {
 		name:       "unknown access key",
 		reason:     "an access key the store does not know is refused like a wrong secret",
 		opts:       func(o *FetchOptions) { o.S3.AWSDir = unknownKey },
-		want:       RestoreResult{Permanent: true, Source: source},
+		want:       report.RestoreResult{Permanent: true, Source: source},
 		wantReason: "refused the credentials",
 	}, {
 		name:       "no credentials file",
 		reason:     "the awsSecret volume is optional: a missing Secret is a missing file, said as such",
 		opts:       func(o *FetchOptions) { o.S3.AWSDir = noSecret },
-		want:       RestoreResult{Permanent: true, Source: source},
+		want:       report.RestoreResult{Permanent: true, Source: source},
 		wantReason: `the awsSecret is missing or has no "credentials" key`,
 	}, {
 		name:       "corrupt object",
 		reason:     "one flipped byte fails etcd's trailer",
 		key:        keyCorrupt,
-		want:       RestoreResult{Permanent: true, Source: "s3://" + bucket + "/" + keyCorrupt},
+		want:       report.RestoreResult{Permanent: true, Source: "s3://" + bucket + "/" + keyCorrupt},
 		wantReason: "is corrupt or truncated",
 	}, {
 		name:       "truncated object",
 		reason:     "an object cut short ends in the wrong 32 bytes",
 		key:        keyTruncated,
-		want:       RestoreResult{Permanent: true, Source: "s3://" + bucket + "/" + keyTruncated},
+		want:       report.RestoreResult{Permanent: true, Source: "s3://" + bucket + "/" + keyTruncated},
 		wantReason: "is corrupt or truncated",
 	}, {
 		name:       "--sha256 mismatch",
 		reason:     "an intact snapshot that is not the one the hook asked for is refused",
 		opts:       func(o *FetchOptions) { o.SHA256 = strings.Repeat("ab", 32) },
-		want:       RestoreResult{Permanent: true, Source: source},
+		want:       report.RestoreResult{Permanent: true, Source: source},
 		wantReason: "but the restore asks for " + strings.Repeat("ab", 32),
 	}, {
 		name:       "stored sha256 mismatch",
 		reason:     "an object whose bytes are not those its backup tagged it with was replaced since",
 		key:        keyRetagged,
-		want:       RestoreResult{Permanent: true, Source: "s3://" + bucket + "/" + keyRetagged},
+		want:       report.RestoreResult{Permanent: true, Source: "s3://" + bucket + "/" + keyRetagged},
 		wantReason: "but the sha256 stored with it says " + strings.Repeat("0", 64),
 	}, {
 		name:       "newer minor",
 		reason:     "a 3.7 snapshot into a 3.6 cluster: etcd 3.6 cannot read 3.7's storage (only a downgrade lowers it, member by member)",
 		opts:       func(o *FetchOptions) { o.EtcdVersion = etcdtest.Version36 },
-		want:       RestoreResult{Permanent: true, Source: source},
+		want:       report.RestoreResult{Permanent: true, Source: source},
 		wantReason: "was written by etcd 3.7.3, and the cluster runs etcd 3.6.16",
 	}, {
 		name:       "newer minor by storage version",
 		reason:     "without metadata, the database's own storage version says 3.7",
 		opts:       func(o *FetchOptions) { o.S3, o.File, o.EtcdVersion = nil, bare, etcdtest.Version35 },
-		want:       RestoreResult{Permanent: true, Source: bare},
+		want:       report.RestoreResult{Permanent: true, Source: bare},
 		wantReason: "was written by etcd 3.7, and the cluster runs etcd 3.5.35",
 	}, {
 		name:       "older cluster patch",
@@ -244,25 +245,25 @@ func TestFetch(t *testing.T) {
 		name:       "not bbolt",
 		reason:     "bytes with a valid trailer that are not a database",
 		key:        keyNotBolt,
-		want:       RestoreResult{Permanent: true, Source: "s3://" + bucket + "/" + keyNotBolt},
+		want:       report.RestoreResult{Permanent: true, Source: "s3://" + bucket + "/" + keyNotBolt},
 		wantReason: "not an etcd snapshot",
 	}, {
 		name:       "missing file",
 		reason:     "a file source that is not there",
 		opts:       func(o *FetchOptions) { o.S3, o.File = nil, filepath.Join(files, "nothing.db") },
-		want:       RestoreResult{Permanent: true, Source: filepath.Join(files, "nothing.db")},
+		want:       report.RestoreResult{Permanent: true, Source: filepath.Join(files, "nothing.db")},
 		wantReason: "does not exist",
 	}, {
 		name:       "unreachable store",
 		reason:     "the network is worth a retry: not permanent",
 		opts:       func(o *FetchOptions) { o.S3.Endpoint = "http://127.0.0.1:1" },
-		want:       RestoreResult{Source: source},
+		want:       report.RestoreResult{Source: source},
 		wantReason: "cannot be reached",
 	}, {
 		name:       "timeout",
 		reason:     "a run that outlives --timeout is retried, and says why it stopped",
 		opts:       func(o *FetchOptions) { o.Timeout = time.Nanosecond },
-		want:       RestoreResult{Source: source},
+		want:       report.RestoreResult{Source: source},
 		wantReason: "the fetch took longer than its timeout of 1ns",
 	}}
 	for _, tt := range tests {
@@ -308,7 +309,7 @@ func (f *restoreFixture) checkTools(t *testing.T, opts FetchOptions) {
 
 // checkPlaced: a success that fetched left the snapshot and its record; any
 // other outcome left nothing at all (no partial file either).
-func (f *restoreFixture) checkPlaced(t *testing.T, opts FetchOptions, got RestoreResult) {
+func (f *restoreFixture) checkPlaced(t *testing.T, opts FetchOptions, got report.RestoreResult) {
 	t.Helper()
 	entries, _ := os.ReadDir(filepath.Dir(opts.Snapshot))
 	var names []string
@@ -318,7 +319,7 @@ func (f *restoreFixture) checkPlaced(t *testing.T, opts FetchOptions, got Restor
 	var want []string
 	if got.Succeeded && !got.AlreadyRestored {
 		want = []string{"snapshot.db", "snapshot.db.json"}
-		var rec RestoreResult
+		var rec report.RestoreResult
 		data, _ := os.ReadFile(opts.Snapshot + ".json")
 		if err := json.Unmarshal(data, &rec); err != nil {
 			t.Errorf("record: %v", err)
@@ -400,12 +401,12 @@ func TestFetchRerun(t *testing.T) {
 // termination message; a long reason is cut, the rest kept.
 func TestWriteRestoreResult(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "termination-log")
-	want := RestoreResult{Permanent: true, Source: "s3://b/k", Reason: strings.Repeat("why ", 3000)}
+	want := report.RestoreResult{Permanent: true, Source: "s3://b/k", Reason: strings.Repeat("why ", 3000)}
 	if err := WriteRestoreResult(p, want); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(p)
-	var got RestoreResult
+	var got report.RestoreResult
 	if err := json.Unmarshal(data, &got); err != nil || len(data) > 4096 {
 		t.Fatalf("%d bytes: %v", len(data), err)
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/etcdhook/etcd-hook/agent/report"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -71,7 +72,7 @@ func (s s3Source) open(ctx context.Context) (storedSnapshot, error) {
 		// The Secret's volume is optional, so that a missing Secret is a
 		// reason in the result rather than a Pod stuck in ContainerCreating.
 		return storedSnapshot{}, unusable(fmt.Errorf("cannot read the backup %s: the awsSecret is missing or has no %q key (%s does not exist)",
-			s.location(), CredentialsFile, filepath.Join(s.cfg.AWSDir, CredentialsFile)))
+			s.location(), report.CredentialsFile, filepath.Join(s.cfg.AWSDir, report.CredentialsFile)))
 	}
 	if err != nil {
 		return storedSnapshot{}, unusable(fmt.Errorf("cannot read the backup %s: the awsSecret: %w", s.location(), err))

@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdhook/etcd-hook/agent/report"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/internal/tlstest"
 )
@@ -75,7 +76,7 @@ func TestBackupOfTLSCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backup := func(t *testing.T, tc *tls.Config, file string) Result {
+	backup := func(t *testing.T, tc *tls.Config, file string) report.BackupResult {
 		t.Helper()
 		// One endpoint, as the client Service is: the others come from
 		// etcd's member list, as https URLs.

@@ -10,20 +10,20 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/membership"
 )
 
 // Apply makes the change through the leader's endpoint, which the planner
 // names from the observed membership (housekeeping: see maintain). Each call is idempotent against what
 // etcd already holds: removing a member that is gone, or adding a peer URL
 // that is already there, reads back the list instead of failing.
-func (c *cluster) Apply(ctx context.Context, a sync.Action) ([]sync.Member, error) {
+func (c *cluster) Apply(ctx context.Context, a membership.Action) ([]membership.Member, error) {
 	if a.Type.Maintenance() {
 		return c.maintain(ctx, a)
 	}
 	ctx, cancel := bounded(ctx, CallTimeout)
 	defer cancel()
-	var members []sync.Member
+	var members []membership.Member
 	err := c.member(ctx, a.LeaderEndpoint, func(ctx context.Context, cn *conn) error {
 		var err error
 		members, err = apply(ctx, leader{
@@ -46,9 +46,9 @@ type leader struct {
 	clientv3.Maintenance
 }
 
-func apply(ctx context.Context, cli leader, a sync.Action) ([]sync.Member, error) {
+func apply(ctx context.Context, cli leader, a membership.Action) ([]membership.Member, error) {
 	switch a.Type {
-	case sync.ActionAddMember:
+	case membership.ActionAddMember:
 		add := cli.MemberAddAsLearner
 		if !a.AsLearner {
 			add = cli.MemberAdd
@@ -63,7 +63,7 @@ func apply(ctx context.Context, cli leader, a sync.Action) ([]sync.Member, error
 			return nil, wrap("member add", err)
 		}
 		return toMembers(resp.Members), nil
-	case sync.ActionPromoteMember:
+	case membership.ActionPromoteMember:
 		resp, err := cli.MemberPromote(ctx, a.MemberID)
 		if isEtcdError(err, rpctypes.ErrMemberLearnerNotReady) {
 			return nil, wrap("member promote", ErrNotReady)
@@ -75,7 +75,7 @@ func apply(ctx context.Context, cli leader, a sync.Action) ([]sync.Member, error
 			return nil, wrap("member promote", err)
 		}
 		return toMembers(resp.Members), nil
-	case sync.ActionRemoveMember:
+	case membership.ActionRemoveMember:
 		resp, err := cli.MemberRemove(ctx, a.MemberID)
 		if isEtcdError(err, rpctypes.ErrMemberNotFound) {
 			return readList(ctx, cli)
@@ -84,7 +84,7 @@ func apply(ctx context.Context, cli leader, a sync.Action) ([]sync.Member, error
 			return nil, wrap("member remove", err)
 		}
 		return toMembers(resp.Members), nil
-	case sync.ActionMoveLeader:
+	case membership.ActionMoveLeader:
 		if _, err := cli.MoveLeader(ctx, a.MemberID); err != nil {
 			return nil, wrap("move leader", err)
 		}
@@ -93,7 +93,7 @@ func apply(ctx context.Context, cli leader, a sync.Action) ([]sync.Member, error
 	return nil, errors.New("unknown membership action " + string(a.Type))
 }
 
-func readList(ctx context.Context, cli leader) ([]sync.Member, error) {
+func readList(ctx context.Context, cli leader) ([]membership.Member, error) {
 	resp, err := cli.MemberList(ctx)
 	if err != nil {
 		return nil, wrap("member list", err)
@@ -101,7 +101,7 @@ func readList(ctx context.Context, cli leader) ([]sync.Member, error) {
 	return toMembers(resp.Members), nil
 }
 
-func listContaining(ctx context.Context, cli leader, peerURL string, cause error) ([]sync.Member, error) {
+func listContaining(ctx context.Context, cli leader, peerURL string, cause error) ([]membership.Member, error) {
 	members, err := readList(ctx, cli)
 	if err != nil {
 		return nil, err

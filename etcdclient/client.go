@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/connectivity"
 
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/membership"
 )
 
 // cluster is one sync's view of a cluster's member endpoints. Every call is
@@ -115,7 +115,7 @@ type listResult struct {
 // round trip, the first endpoint for its own copy of the member list: a
 // member that does not answer costs the timeout once, in parallel with
 // the rest, not once per call.
-func (c *cluster) Membership(ctx context.Context) (*sync.Membership, error) {
+func (c *cluster) Membership(ctx context.Context) (*membership.Membership, error) {
 	ctx, cancel := bounded(ctx, ObserveTimeout)
 	defer cancel()
 	statuses, listed := c.readStatuses(ctx)
@@ -127,7 +127,7 @@ func (c *cluster) Membership(ctx context.Context) (*sync.Membership, error) {
 // that knows a leader. What the members said about themselves in the last
 // Membership holds: asking again would wait once more on a member that
 // does not answer.
-func (c *cluster) Confirm(ctx context.Context) (*sync.Membership, error) {
+func (c *cluster) Confirm(ctx context.Context) (*membership.Membership, error) {
 	if c.statuses == nil {
 		if _, err := c.Membership(ctx); err != nil {
 			return nil, err
@@ -142,7 +142,7 @@ func (c *cluster) Confirm(ctx context.Context) (*sync.Membership, error) {
 	return c.membership(ctx, c.statuses, listed, linearizable)
 }
 
-func (c *cluster) membership(ctx context.Context, statuses []endpointStatus, listed <-chan listResult, read consistency) (*sync.Membership, error) {
+func (c *cluster) membership(ctx context.Context, statuses []endpointStatus, listed <-chan listResult, read consistency) (*membership.Membership, error) {
 	// Without a voter that knows a leader there is no quorum to read
 	// through: the list is then one member's view, marked stale.
 	stale := !slices.ContainsFunc(statuses, endpointStatus.lister)
@@ -216,7 +216,7 @@ func (c *cluster) localList(parent context.Context, statuses []endpointStatus) *
 	return nil
 }
 
-func membershipFrom(list *clientv3.MemberListResponse, statuses []endpointStatus) *sync.Membership {
+func membershipFrom(list *clientv3.MemberListResponse, statuses []endpointStatus) *membership.Membership {
 	members := list.Members
 	byID := map[uint64]*pb.StatusResponse{}
 	leaderVotes := map[uint64]int{}
@@ -229,7 +229,7 @@ func membershipFrom(list *clientv3.MemberListResponse, statuses []endpointStatus
 			leaderVotes[st.resp.Leader]++
 		}
 	}
-	ms := &sync.Membership{Members: make([]sync.Member, 0, len(members))}
+	ms := &membership.Membership{Members: make([]membership.Member, 0, len(members))}
 	if list.Header != nil {
 		ms.ClusterID = list.Header.ClusterId
 	}
@@ -262,8 +262,8 @@ func membershipFrom(list *clientv3.MemberListResponse, statuses []endpointStatus
 	return ms
 }
 
-func toMember(m *pb.Member) sync.Member {
-	return sync.Member{
+func toMember(m *pb.Member) membership.Member {
+	return membership.Member{
 		ID:         m.ID,
 		Name:       m.Name,
 		PeerURLs:   slices.Clone(m.PeerURLs),
@@ -272,8 +272,8 @@ func toMember(m *pb.Member) sync.Member {
 	}
 }
 
-func toMembers(ms []*pb.Member) []sync.Member {
-	out := make([]sync.Member, 0, len(ms))
+func toMembers(ms []*pb.Member) []membership.Member {
+	out := make([]membership.Member, 0, len(ms))
 	for _, m := range ms {
 		out = append(out, toMember(m))
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/membership"
 )
 
 // Cluster is one etcd cluster as one sync sees it.
@@ -16,15 +16,15 @@ type Cluster interface {
 	// may lag etcd's latest change by a moment: enough to see that nothing
 	// needs doing, never to decide a change on. Without a voter that knows
 	// a leader it comes back marked Stale.
-	Membership(ctx context.Context) (*sync.Membership, error)
+	Membership(ctx context.Context) (*membership.Membership, error)
 	// Confirm reads the member list again through the leader and a
 	// quorum, which is what a change is decided on, keeping what the
 	// members said in the last Membership. A list that cannot be read so
 	// comes back marked Stale.
-	Confirm(ctx context.Context) (*sync.Membership, error)
+	Confirm(ctx context.Context) (*membership.Membership, error)
 	// Apply makes one membership change and returns the member list that
 	// results from it.
-	Apply(ctx context.Context, a sync.Action) ([]sync.Member, error)
+	Apply(ctx context.Context, a membership.Action) ([]membership.Member, error)
 }
 
 // Dialer hands out a Cluster for a set of member endpoints.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/etcdhook/etcd-hook/etcdclient"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/membership"
 )
 
 // These tests run the adapter against real etcd processes on loopback:
@@ -35,7 +35,7 @@ func dial(t *testing.T, endpoints []string) etcdclient.Cluster {
 
 // readMembership reads as a sync that may change something does: locally,
 // then confirmed through the quorum.
-func readMembership(t *testing.T, c etcdclient.Cluster) *sync.Membership {
+func readMembership(t *testing.T, c etcdclient.Cluster) *membership.Membership {
 	t.Helper()
 	if _, err := c.Membership(context.Background()); err != nil {
 		t.Fatalf("Membership: %v", err)
@@ -54,7 +54,7 @@ type memberSummary struct {
 	Version   string
 }
 
-func summarize(ms *sync.Membership) []memberSummary {
+func summarize(ms *membership.Membership) []memberSummary {
 	var out []memberSummary
 	for _, m := range ms.Members {
 		out = append(out, memberSummary{m.Name, m.IsLearner, m.Reachable, m.Version})
@@ -91,7 +91,7 @@ func TestMembershipSingleAndThree(t *testing.T) {
 				if ms.LeaderID == 0 || ms.Stale {
 					t.Errorf("LeaderID %x, Stale %v; want a leader from a linearizable read", ms.LeaderID, ms.Stale)
 				}
-				if !sync.HasQuorum(ms) {
+				if !membership.HasQuorum(ms) {
 					t.Error("a healthy cluster has no quorum by the planner's rules")
 				}
 				// The cluster ID goes into the bootstrap record: it must be
@@ -132,7 +132,7 @@ func TestLearnerLifecycle(t *testing.T) {
 			leader := ec.Members[0].ClientURL
 
 			peerURL := etcdtest.FreeURL(t)
-			members, err := c.Apply(ctx, sync.Action{Type: sync.ActionAddMember, Name: "learner", PeerURL: peerURL, AsLearner: true, LeaderEndpoint: leader})
+			members, err := c.Apply(ctx, membership.Action{Type: membership.ActionAddMember, Name: "learner", PeerURL: peerURL, AsLearner: true, LeaderEndpoint: leader})
 			if err != nil {
 				t.Fatalf("add learner: %v", err)
 			}
@@ -142,7 +142,7 @@ func TestLearnerLifecycle(t *testing.T) {
 			}
 			// Adding the same peer URL again, as a retried sync would, is
 			// not an error and adds nothing.
-			again, err := c.Apply(ctx, sync.Action{Type: sync.ActionAddMember, Name: "learner", PeerURL: peerURL, AsLearner: true, LeaderEndpoint: leader})
+			again, err := c.Apply(ctx, membership.Action{Type: membership.ActionAddMember, Name: "learner", PeerURL: peerURL, AsLearner: true, LeaderEndpoint: leader})
 			if err != nil || len(again) != 2 {
 				t.Fatalf("repeated add: %v, %d members; want no error and 2 members", err, len(again))
 			}
@@ -152,7 +152,7 @@ func TestLearnerLifecycle(t *testing.T) {
 			})
 			ec.Members = append(ec.Members, learner)
 			c = dial(t, ec.Endpoints())
-			var ms *sync.Membership
+			var ms *membership.Membership
 			deadline := time.Now().Add(15 * time.Second)
 			for {
 				ms = readMembership(t, c)
@@ -165,9 +165,9 @@ func TestLearnerLifecycle(t *testing.T) {
 				t.Fatalf("started learner not observed: %+v", ms.Members)
 			}
 
-			var promoted []sync.Member
+			var promoted []membership.Member
 			for range 50 {
-				promoted, err = c.Apply(ctx, sync.Action{Type: sync.ActionPromoteMember, MemberID: added.ID, LeaderEndpoint: leader})
+				promoted, err = c.Apply(ctx, membership.Action{Type: membership.ActionPromoteMember, MemberID: added.ID, LeaderEndpoint: leader})
 				if err == nil {
 					break
 				}
@@ -182,9 +182,9 @@ func TestLearnerLifecycle(t *testing.T) {
 
 			// etcd refuses to remove a member until its peers have been
 			// connected for its health interval (5 s): not ready, not failed.
-			var remaining []sync.Member
+			var remaining []membership.Member
 			for range 40 {
-				remaining, err = c.Apply(ctx, sync.Action{Type: sync.ActionRemoveMember, MemberID: added.ID, LeaderEndpoint: leader})
+				remaining, err = c.Apply(ctx, membership.Action{Type: membership.ActionRemoveMember, MemberID: added.ID, LeaderEndpoint: leader})
 				if !errorsIs(err, etcdclient.ErrNotReady) {
 					break
 				}
@@ -193,7 +193,7 @@ func TestLearnerLifecycle(t *testing.T) {
 			if err != nil || len(remaining) != 1 {
 				t.Fatalf("remove: %v, members %+v", err, remaining)
 			}
-			if _, err := c.Apply(ctx, sync.Action{Type: sync.ActionRemoveMember, MemberID: added.ID, LeaderEndpoint: leader}); err != nil {
+			if _, err := c.Apply(ctx, membership.Action{Type: membership.ActionRemoveMember, MemberID: added.ID, LeaderEndpoint: leader}); err != nil {
 				t.Errorf("removing a member that is already gone must read back the list, got %v", err)
 			}
 		})
@@ -213,7 +213,7 @@ func TestMoveLeader(t *testing.T) {
 			target = ms.Members[i].ID
 		}
 	}
-	if _, err := c.Apply(context.Background(), sync.Action{Type: sync.ActionMoveLeader, MemberID: target, LeaderID: ms.LeaderID, LeaderEndpoint: leaderEndpoint}); err != nil {
+	if _, err := c.Apply(context.Background(), membership.Action{Type: membership.ActionMoveLeader, MemberID: target, LeaderID: ms.LeaderID, LeaderEndpoint: leaderEndpoint}); err != nil {
 		t.Fatalf("move leader: %v", err)
 	}
 	if after := readMembership(t, c); after.LeaderID != target {
@@ -232,8 +232,8 @@ func TestQuorumLossIsReportedStale(t *testing.T) {
 	start := time.Now()
 	ms := readMembership(t, c)
 	took := time.Since(start)
-	if !ms.Stale || sync.HasQuorum(ms) || len(ms.Members) != 3 {
-		t.Errorf("want a stale list of 3 without quorum, got stale=%v quorum=%v members=%d", ms.Stale, sync.HasQuorum(ms), len(ms.Members))
+	if !ms.Stale || membership.HasQuorum(ms) || len(ms.Members) != 3 {
+		t.Errorf("want a stale list of 3 without quorum, got stale=%v quorum=%v members=%d", ms.Stale, membership.HasQuorum(ms), len(ms.Members))
 	}
 	if limit := etcdclient.ObserveTimeout + etcdclient.CallTimeout; took > limit {
 		t.Errorf("observation took %v, beyond its bound %v", took, limit)
@@ -252,7 +252,7 @@ func TestUnreachableIsBounded(t *testing.T) {
 	}
 }
 
-func find(members []sync.Member, peerURL string) *sync.Member {
+func find(members []membership.Member, peerURL string) *membership.Member {
 	for i := range members {
 		if slices.Contains(members[i].PeerURLs, peerURL) {
 			return &members[i]

@@ -5,7 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/url"
-	gosync "sync"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -24,7 +24,7 @@ type conns struct {
 	idle time.Duration
 	now  func() time.Time
 
-	mu    gosync.Mutex
+	mu    sync.Mutex
 	byURL map[string]*list.Element // of *conn
 	lru   list.List                // most recently used first
 }

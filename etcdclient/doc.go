@@ -14,4 +14,7 @@
 // syncs, because dialing costs more than a steady sync's reads; at most a
 // bounded number stay open while idle, so that a hook serving a thousand
 // clusters does not hold three thousand.
+//
+// It speaks membership's vocabulary (Member, Membership, Action) and never
+// imports a planner.
 package etcdclient

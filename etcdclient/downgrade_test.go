@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/membership"
 )
 
 // TestDowngradeProtocol runs etcd's downgrade actions against real 3.7
@@ -17,16 +17,16 @@ import (
 func TestDowngradeProtocol(t *testing.T) {
 	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 3, Version: etcdtest.Version37})
 	c := dial(t, ec.Endpoints())
-	ms := waitMembership(t, c, "report storage version 3.7", func(m sync.Member) bool { return m.StorageVersion == "3.7.0" })
+	ms := waitMembership(t, c, "report storage version 3.7", func(m membership.Member) bool { return m.StorageVersion == "3.7.0" })
 	leader := endpointOf(leaderOf(ms))
-	apply := func(a sync.Action) error {
+	apply := func(a membership.Action) error {
 		t.Helper()
 		a.LeaderEndpoint = leader
 		_, err := c.Apply(context.Background(), a)
 		return err
 	}
 
-	err := apply(sync.Action{Type: sync.ActionEnableDowngrade, Version: "3.5"})
+	err := apply(membership.Action{Type: membership.ActionEnableDowngrade, Version: "3.5"})
 	if err == nil || !strings.Contains(err.Error(), "invalid downgrade target version") {
 		t.Fatalf("enable 3.5 on a 3.7 cluster: want etcd's refusal naming an invalid target, got %v", err)
 	}
@@ -37,20 +37,20 @@ func TestDowngradeProtocol(t *testing.T) {
 	}
 
 	for attempt := 1; attempt <= 2; attempt++ {
-		if err := apply(sync.Action{Type: sync.ActionEnableDowngrade, Version: "3.6"}); err != nil {
+		if err := apply(membership.Action{Type: membership.ActionEnableDowngrade, Version: "3.6"}); err != nil {
 			t.Fatalf("enable 3.6, attempt %d (a retry finds it enabled): %v", attempt, err)
 		}
 	}
-	waitMembership(t, c, "lower their storage version to 3.6 with the downgrade enabled", func(m sync.Member) bool {
+	waitMembership(t, c, "lower their storage version to 3.6 with the downgrade enabled", func(m membership.Member) bool {
 		return m.DowngradeTarget == "3.6.0" && m.StorageVersion == "3.6.0" && m.Version == etcdtest.Version37
 	})
 
 	for attempt := 1; attempt <= 2; attempt++ {
-		if err := apply(sync.Action{Type: sync.ActionCancelDowngrade}); err != nil {
+		if err := apply(membership.Action{Type: membership.ActionCancelDowngrade}); err != nil {
 			t.Fatalf("cancel, attempt %d (a retry finds none in flight): %v", attempt, err)
 		}
 	}
-	waitMembership(t, c, "return to storage version 3.7 once the downgrade is cancelled", func(m sync.Member) bool {
+	waitMembership(t, c, "return to storage version 3.7 once the downgrade is cancelled", func(m membership.Member) bool {
 		return m.DowngradeTarget == "" && m.StorageVersion == "3.7.0"
 	})
 }

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/membership"
 )
 
 // DefragmentWait is how long the hook waits for a defragmentation to
@@ -32,10 +32,10 @@ var defragmentWait = DefragmentWait
 // maintain makes a housekeeping action. The membership does not change,
 // so the member list read first, from the leader, is the list to return:
 // read afterwards, it would wait on a leader being defragmented.
-func (c *cluster) maintain(ctx context.Context, a sync.Action) ([]sync.Member, error) {
+func (c *cluster) maintain(ctx context.Context, a membership.Action) ([]membership.Member, error) {
 	ctx, cancel := bounded(ctx, CallTimeout)
 	defer cancel()
-	var members []sync.Member
+	var members []membership.Member
 	err := c.member(ctx, a.LeaderEndpoint, func(ctx context.Context, cn *conn) error {
 		resp, err := clientv3.NewClusterFromClusterClient(pb.NewClusterClient(cn.cc), nil).MemberList(ctx)
 		if err != nil {
@@ -43,13 +43,13 @@ func (c *cluster) maintain(ctx context.Context, a sync.Action) ([]sync.Member, e
 		}
 		members = toMembers(resp.Members)
 		switch a.Type {
-		case sync.ActionCompact:
+		case membership.ActionCompact:
 			return compact(ctx, cn, a.Revision)
-		case sync.ActionDisarmAlarm:
+		case membership.ActionDisarmAlarm:
 			return disarmNoSpace(ctx, cn)
-		case sync.ActionEnableDowngrade:
+		case membership.ActionEnableDowngrade:
 			return enableDowngrade(ctx, cn, a.Version)
-		case sync.ActionCancelDowngrade:
+		case membership.ActionCancelDowngrade:
 			return cancelDowngrade(ctx, cn)
 		}
 		return nil
@@ -57,7 +57,7 @@ func (c *cluster) maintain(ctx context.Context, a sync.Action) ([]sync.Member, e
 	if err != nil {
 		return nil, err
 	}
-	if a.Type == sync.ActionDefragment {
+	if a.Type == membership.ActionDefragment {
 		if a.Endpoint == "" {
 			return nil, errors.New("defragment: no endpoint for member " + a.Name)
 		}

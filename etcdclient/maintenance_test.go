@@ -14,7 +14,7 @@ import (
 
 	"github.com/etcdhook/etcd-hook/etcdclient"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/membership"
 )
 
 // These tests run the housekeeping actions against real members: a real
@@ -53,24 +53,24 @@ func fillUntilNoSpace(t *testing.T, cli *clientv3.Client, prefix string) int {
 	return 0
 }
 
-func endpointOf(m sync.Member) string { return m.ClientURLs[0] }
+func endpointOf(m membership.Member) string { return m.ClientURLs[0] }
 
-func leaderOf(ms *sync.Membership) sync.Member {
+func leaderOf(ms *membership.Membership) membership.Member {
 	for _, m := range ms.Members {
 		if m.ID == ms.LeaderID {
 			return m
 		}
 	}
-	return sync.Member{}
+	return membership.Member{}
 }
 
 // waitMembership reads until every member satisfies ok, or fails.
-func waitMembership(t *testing.T, c etcdclient.Cluster, what string, ok func(sync.Member) bool) *sync.Membership {
+func waitMembership(t *testing.T, c etcdclient.Cluster, what string, ok func(membership.Member) bool) *membership.Membership {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ms := readMembership(t, c)
-		if !slices.ContainsFunc(ms.Members, func(m sync.Member) bool { return !ok(m) }) {
+		if !slices.ContainsFunc(ms.Members, func(m membership.Member) bool { return !ok(m) }) {
 			return ms
 		}
 		if time.Now().After(deadline) {
@@ -92,13 +92,13 @@ func TestNoSpaceRecovery(t *testing.T) {
 			// Each member lists the alarm once it has applied it from the
 			// log: a follower may be a moment behind the member that
 			// refused the put.
-			ms := waitMembership(t, c, "list an alarm", func(m sync.Member) bool { return len(m.Errors) > 0 })
+			ms := waitMembership(t, c, "list an alarm", func(m membership.Member) bool { return len(m.Errors) > 0 })
 			leader := leaderOf(ms)
 			alarms := ms.Alarms()
 			// Each member that applies the write over quota raises the alarm
 			// for itself unless it has seen another's: one to three alarms.
-			if len(alarms) == 0 || slices.ContainsFunc(alarms, func(a sync.Alarm) bool {
-				return a.Type != sync.AlarmNoSpace || !slices.ContainsFunc(ms.Members, func(m sync.Member) bool { return m.ID == a.MemberID })
+			if len(alarms) == 0 || slices.ContainsFunc(alarms, func(a membership.Alarm) bool {
+				return a.Type != membership.AlarmNoSpace || !slices.ContainsFunc(ms.Members, func(m membership.Member) bool { return m.ID == a.MemberID })
 			}) {
 				t.Fatalf("after %d puts, want NOSPACE alarms of members, got %+v (errors %q)", n, alarms, ms.Members[0].Errors)
 			}
@@ -128,7 +128,7 @@ func TestNoSpaceRecovery(t *testing.T) {
 			for _, m := range ms.Members {
 				revision = max(revision, m.Revision)
 			}
-			compact := sync.Action{Type: sync.ActionCompact, Revision: revision, LeaderEndpoint: endpointOf(leader)}
+			compact := membership.Action{Type: membership.ActionCompact, Revision: revision, LeaderEndpoint: endpointOf(leader)}
 			for attempt := 1; attempt <= 2; attempt++ {
 				members, err := c.Apply(context.Background(), compact)
 				if err != nil {
@@ -147,7 +147,7 @@ func TestNoSpaceRecovery(t *testing.T) {
 			}
 
 			// Followers first, the leader last, as the planner orders them.
-			slices.SortStableFunc(ms.Members, func(a, b sync.Member) int {
+			slices.SortStableFunc(ms.Members, func(a, b membership.Member) int {
 				switch {
 				case a.ID == ms.LeaderID:
 					return 1
@@ -158,13 +158,13 @@ func TestNoSpaceRecovery(t *testing.T) {
 			})
 			for _, m := range ms.Members {
 				start := time.Now()
-				members, err := c.Apply(context.Background(), sync.Action{Type: sync.ActionDefragment, Name: m.Name, MemberID: m.ID, Endpoint: endpointOf(m), LeaderEndpoint: endpointOf(leader)})
+				members, err := c.Apply(context.Background(), membership.Action{Type: membership.ActionDefragment, Name: m.Name, MemberID: m.ID, Endpoint: endpointOf(m), LeaderEndpoint: endpointOf(leader)})
 				if err != nil || len(members) != 3 {
 					t.Fatalf("defragment %s: %d members, %v", m.Name, len(members), err)
 				}
 				t.Logf("%s: defragmented %s in %v", version, m.Name, time.Since(start).Round(time.Millisecond))
 			}
-			ms = waitMembership(t, c, "show their files shrunk", func(m sync.Member) bool { return m.DBSize < tinyQuota/100*80 })
+			ms = waitMembership(t, c, "show their files shrunk", func(m membership.Member) bool { return m.DBSize < tinyQuota/100*80 })
 			for _, m := range ms.Members {
 				t.Logf("%s: member %s: database file %d bytes before, %d after (%d in use)", version, m.Name, before[m.Name], m.DBSize, m.DBSizeInUse)
 			}
@@ -173,7 +173,7 @@ func TestNoSpaceRecovery(t *testing.T) {
 			}
 
 			for attempt := 1; attempt <= 2; attempt++ {
-				if _, err := c.Apply(context.Background(), sync.Action{Type: sync.ActionDisarmAlarm, LeaderEndpoint: endpointOf(leader)}); err != nil {
+				if _, err := c.Apply(context.Background(), membership.Action{Type: membership.ActionDisarmAlarm, LeaderEndpoint: endpointOf(leader)}); err != nil {
 					t.Fatalf("disarm, attempt %d (a retry finds nothing to disarm): %v", attempt, err)
 				}
 			}
@@ -219,14 +219,14 @@ func TestDefragmentOutlastsTheWait(t *testing.T) {
 			before := m.DBSize
 
 			start := time.Now()
-			if _, err := c.Apply(context.Background(), sync.Action{Type: sync.ActionDefragment, Name: m.Name, MemberID: m.ID, Endpoint: endpointOf(m), LeaderEndpoint: endpointOf(m)}); err != nil {
+			if _, err := c.Apply(context.Background(), membership.Action{Type: membership.ActionDefragment, Name: m.Name, MemberID: m.ID, Endpoint: endpointOf(m), LeaderEndpoint: endpointOf(m)}); err != nil {
 				t.Fatalf("a defragmentation that outlasts the wait counts as started, got %v", err)
 			}
 			returned := time.Since(start)
 			if returned > time.Second {
 				t.Errorf("the call took %v: it must return once the wait is over", returned)
 			}
-			ms = waitMembership(t, c, "finish the defragmentation", func(m sync.Member) bool { return m.Reachable && m.DBSize < before*3/4 })
+			ms = waitMembership(t, c, "finish the defragmentation", func(m membership.Member) bool { return m.Reachable && m.DBSize < before*3/4 })
 			done := time.Since(start)
 			t.Logf("%s: defragmentation of %d bytes (%d in use): the call returned after %v, the member answered with %d bytes after %v",
 				version, before, m.DBSizeInUse, returned.Round(time.Millisecond), ms.Members[0].DBSize, done.Round(time.Millisecond))

@@ -6,7 +6,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
-	gosync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/membership"
 )
 
 // stallProxy relays TCP to one member until Stall. From then on nothing
@@ -30,13 +30,13 @@ type stallProxy struct {
 	// delay holds every chunk before it is relayed: a slow path.
 	delay time.Duration
 
-	mu      gosync.Mutex
+	mu      sync.Mutex
 	stalled bool
 	conns   []*stallConn
 }
 
 type stallConn struct {
-	mu     gosync.Mutex
+	mu     sync.Mutex
 	frozen bool
 	a, b   net.Conn
 }
@@ -233,8 +233,8 @@ func TestLeaderlessVoterIsNotAskedForTheList(t *testing.T) {
 	c := dial(t, endpoints)
 	for range 3 {
 		ms := readMembership(t, c)
-		if ms.Stale || !sync.HasQuorum(ms) || len(ms.Members) != 3 {
-			t.Fatalf("membership stale=%v quorum=%v members=%d, want a linearizable list of 3 with a quorum", ms.Stale, sync.HasQuorum(ms), len(ms.Members))
+		if ms.Stale || !membership.HasQuorum(ms) || len(ms.Members) != 3 {
+			t.Fatalf("membership stale=%v quorum=%v members=%d, want a linearizable list of 3 with a quorum", ms.Stale, membership.HasQuorum(ms), len(ms.Members))
 		}
 	}
 }

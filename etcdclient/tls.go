@@ -6,7 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	gosync "sync"
+	"sync"
 )
 
 // ClientTLS is what a cluster whose members serve TLS is called with: a
@@ -46,7 +46,7 @@ func ParseClientTLS(cert, key, ca []byte) (*tls.Config, error) {
 type tlsConfigs struct {
 	max int
 
-	mu   gosync.Mutex
+	mu   sync.Mutex
 	byID map[string]*list.Element // of *tlsEntry
 	lru  list.List
 }

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
-	"github.com/etcdhook/etcd-hook/sync/backup"
+	"github.com/etcdhook/etcd-hook/plan/etcdbackup"
 )
 
 // Keys of the related map (hook version v1): like children, by Kind and
@@ -31,7 +31,7 @@ type BackupConfig struct {
 	Now func() time.Time
 	// Observe, if set, is told of every sync answered with 200 (the
 	// per-object metrics; see server/clustermetrics.go).
-	Observe func(*backup.Observed, backup.Decision)
+	Observe func(*etcdbackup.Observed, etcdbackup.Decision)
 }
 
 // BackupSyncHandler serves the EtcdBackup sync hook, and
@@ -75,7 +75,7 @@ func (h backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Now != nil {
 		o.Now = h.cfg.Now()
 	}
-	d := backup.Plan(o)
+	d := etcdbackup.Plan(o)
 	out, err := encodeAnswer(&d.Status, d.Children, d.ResyncAfter, h.finalize, d.Finalized)
 	if err != nil {
 		WriteError(w, http.StatusInternalServerError, err.Error())
@@ -89,7 +89,7 @@ func (h backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // DecodeBackup turns an EtcdBackup hook request into what its planner
 // observes. A spec that does not decode is a condition, not an error.
-func DecodeBackup(body []byte) (*backup.Observed, error) {
+func DecodeBackup(body []byte) (*etcdbackup.Observed, error) {
 	var req backupRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, badRequest(400, "request body is not a Metacontroller hook request: %v", err)
@@ -103,7 +103,7 @@ func DecodeBackup(body []byte) (*backup.Observed, error) {
 		ObjectMeta: p.Metadata,
 		Status:     p.Status,
 	}
-	o := &backup.Observed{Backup: b, Finalizing: req.Finalizing}
+	o := &etcdbackup.Observed{Backup: b, Finalizing: req.Finalizing}
 	if err := decodeSpec(p.Spec, &b.Spec, "an EtcdBackup"); err != nil {
 		o.SpecErrors = field.ErrorList{err}
 	} else {
@@ -152,6 +152,6 @@ func BackupCustomizeHandler() http.Handler {
 		// A spec that does not decode relates nothing; the sync hook says why.
 		var spec v1beta2.BackupSpec
 		_ = json.Unmarshal(req.Parent.Spec, &spec)
-		return backup.Related(req.Parent.Metadata.Namespace, spec), nil
+		return etcdbackup.Related(req.Parent.Metadata.Namespace, spec), nil
 	})
 }

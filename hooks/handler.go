@@ -8,7 +8,7 @@ import (
 	"mime"
 	"net/http"
 
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
 // MaxBodyBytes bounds a request. A cluster of seven members with every
@@ -16,26 +16,26 @@ import (
 // not from Metacontroller.
 const MaxBodyBytes = 4 << 20
 
-// Syncer answers one decoded request.
-type Syncer interface {
-	Sync(ctx context.Context, o *sync.Observed) (sync.Decision, error)
-}
-
-// Preparer is a Syncer that can begin a sync as soon as the parent is
-// decoded, while the children still are. Prepare returns the context to
-// sync with.
-type Preparer interface {
-	Prepare(ctx context.Context, o *sync.Observed) context.Context
+// Syncer answers one decoded request of an EtcdCluster.
+//
+// Prepare is called as soon as the parent is decoded, while its children
+// still are, and may begin work that does not need them: the reconciler
+// begins its read of etcd there, so that the round trip overlaps the
+// decoding. What Prepare returns is handed to Sync, explicitly; a Syncer
+// with nothing to begin returns the zero value of P.
+type Syncer[P any] interface {
+	Prepare(ctx context.Context, o *etcdcluster.Observed) P
+	Sync(ctx context.Context, o *etcdcluster.Observed, prepared P) (etcdcluster.Decision, error)
 }
 
 // SyncHandler serves POST /sync.
-func SyncHandler(s Syncer) http.Handler { return handler{s, false} }
+func SyncHandler[P any](s Syncer[P]) http.Handler { return handler[P]{s, false} }
 
 // FinalizeHandler serves POST /finalize.
-func FinalizeHandler(s Syncer) http.Handler { return handler{s, true} }
+func FinalizeHandler[P any](s Syncer[P]) http.Handler { return handler[P]{s, true} }
 
-type handler struct {
-	syncer   Syncer
+type handler[P any] struct {
+	syncer   Syncer[P]
 	finalize bool
 }
 
@@ -79,20 +79,17 @@ func writeJSON(w http.ResponseWriter, out []byte) {
 	_, _ = w.Write(out)
 }
 
-func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h handler[P]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r)
 	if !ok {
 		return
 	}
 	ctx := r.Context()
-	var parentDecoded func(*sync.Observed)
-	if p, ok := h.syncer.(Preparer); ok {
-		parentDecoded = func(o *sync.Observed) {
-			o.Finalizing = o.Finalizing || h.finalize
-			ctx = p.Prepare(ctx, o)
-		}
-	}
-	o, err := decode(body, parentDecoded)
+	var prepared P
+	o, err := decode(body, func(o *etcdcluster.Observed) {
+		o.Finalizing = o.Finalizing || h.finalize
+		prepared = h.syncer.Prepare(ctx, o)
+	})
 	if err != nil {
 		writeDecodeError(w, err)
 		return
@@ -100,7 +97,7 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.finalize {
 		o.Finalizing = true
 	}
-	d, err := h.syncer.Sync(ctx, o)
+	d, err := h.syncer.Sync(ctx, o, prepared)
 	if err != nil {
 		// Not a 200: Metacontroller applies nothing and retries with backoff.
 		WriteError(w, http.StatusInternalServerError, err.Error())

@@ -20,8 +20,8 @@ import (
 
 	"github.com/etcdhook/etcd-hook/etcdclient"
 	"github.com/etcdhook/etcd-hook/hooks"
+	"github.com/etcdhook/etcd-hook/membership"
 	"github.com/etcdhook/etcd-hook/reconcile"
-	"github.com/etcdhook/etcd-hook/sync"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -41,7 +41,7 @@ func (d noEtcd) Cluster(endpoints []string, _ *etcdclient.ClientTLS) (etcdclient
 
 type nopRecorder struct{}
 
-func (nopRecorder) MembershipAction(sync.ActionType, string) {}
+func (nopRecorder) MembershipAction(membership.ActionType, string) {}
 
 func testServer(t *testing.T) *httptest.Server {
 	r := newReconciler(t)

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
 // Keys of the children map: Metacontroller keys each declared child type
@@ -58,11 +58,11 @@ func badRequest(status int, format string, args ...any) error {
 }
 
 // Decode turns a request body into what the planner observes.
-func Decode(body []byte) (*sync.Observed, error) { return decode(body, nil) }
+func Decode(body []byte) (*etcdcluster.Observed, error) { return decode(body, nil) }
 
 // decode calls parentDecoded, when given, with the parent decoded and the
 // children not yet: they are most of the work.
-func decode(body []byte, parentDecoded func(*sync.Observed)) (*sync.Observed, error) {
+func decode(body []byte, parentDecoded func(*etcdcluster.Observed)) (*etcdcluster.Observed, error) {
 	var req request
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, badRequest(400, "request body is not a Metacontroller hook request: %v", err)
@@ -79,7 +79,7 @@ func decode(body []byte, parentDecoded func(*sync.Observed)) (*sync.Observed, er
 		ObjectMeta: p.Metadata,
 		Status:     p.Status,
 	}
-	o := &sync.Observed{Cluster: cluster, Finalizing: req.Finalizing}
+	o := &etcdcluster.Observed{Cluster: cluster, Finalizing: req.Finalizing}
 	if err := decodeSpec(p.Spec, &cluster.Spec, "an EtcdCluster"); err != nil {
 		o.SpecErrors = field.ErrorList{err}
 	} else {
@@ -114,7 +114,7 @@ func decode(body []byte, parentDecoded func(*sync.Observed)) (*sync.Observed, er
 // one that does not decode is reported (an EtcdRestore) or passed over (an
 // EtcdBackup; a Secret, which is then reported missing), and never fails
 // the sync of a running cluster.
-func decodeClusterRelated(o *sync.Observed, related map[string]map[string]json.RawMessage) {
+func decodeClusterRelated(o *etcdcluster.Observed, related map[string]map[string]json.RawMessage) {
 	if raw, ok := related[RelatedRestores][o.Cluster.Name]; ok {
 		var r v1beta2.EtcdRestore
 		if err := json.Unmarshal(raw, &r); err != nil {

@@ -3,7 +3,7 @@ package hooks
 import (
 	"testing"
 
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
 // The early read a sync starts once the parent is decoded (see
@@ -14,7 +14,7 @@ func TestRelatedSecretsAreDecodedBeforeTheEarlyStart(t *testing.T) {
 		`"metadata":{"name":"demo","namespace":"prod"},"spec":{"size":3,"TLS":{"static":{"member":{"serverSecret":"s"},"operatorSecret":"o"}}}},` +
 		`"children":{},"related":{"Secret.v1":{"o":{"apiVersion":"v1","kind":"Secret","metadata":{"name":"o","namespace":"prod"},"data":{"etcd-client.crt":"Y2VydA=="}}}}}`)
 	seen := -1
-	o, err := decode(body, func(o *sync.Observed) { seen = len(o.Secrets) })
+	o, err := decode(body, func(o *etcdcluster.Observed) { seen = len(o.Secrets) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,9 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
+
+	"github.com/etcdhook/etcd-hook/plan"
 )
 
 // response is the answer to a sync or finalize request, of either kind.
@@ -35,12 +37,12 @@ type object struct {
 
 // Encode renders a decision. finalize selects the finalize hook's answer,
 // which carries the finalized field.
-func Encode(d sync.Decision, finalize bool) ([]byte, error) {
+func Encode(d etcdcluster.Decision, finalize bool) ([]byte, error) {
 	return encodeAnswer(&d.Status, d.Children, d.ResyncAfter, finalize, d.Finalized)
 }
 
 // encodeAnswer renders the answer of any parent kind's planner.
-func encodeAnswer(status any, children []sync.Child, resync time.Duration, finalize, finalized bool) ([]byte, error) {
+func encodeAnswer(status any, children []plan.Child, resync time.Duration, finalize, finalized bool) ([]byte, error) {
 	resp := response{Status: status, Children: make([]any, 0, len(children))}
 	if resync > 0 {
 		resp.ResyncAfterSeconds = math.Round(resync.Seconds()*1000) / 1000
@@ -58,7 +60,7 @@ func encodeAnswer(status any, children []sync.Child, resync time.Duration, final
 	return json.Marshal(resp)
 }
 
-func wireObject(c sync.Child) (any, error) {
+func wireObject(c plan.Child) (any, error) {
 	switch obj := c.Object.(type) {
 	case json.RawMessage:
 		return obj, nil

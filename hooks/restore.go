@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
-	"github.com/etcdhook/etcd-hook/sync"
-	"github.com/etcdhook/etcd-hook/sync/restore"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
+	"github.com/etcdhook/etcd-hook/plan/etcdrestore"
 )
 
 // RestoreSyncHandler serves the EtcdRestore sync hook. An EtcdRestore has
@@ -27,7 +27,7 @@ type RestoreConfig struct {
 	Now func() time.Time
 	// Observe, if set, is told of every sync or finalize answered with
 	// 200 (the per-object metrics; see server/clustermetrics.go).
-	Observe func(o *restore.Observed, d restore.Decision, finalizing bool)
+	Observe func(o *etcdrestore.Observed, d etcdrestore.Decision, finalizing bool)
 }
 
 // RestoreHandler is RestoreSyncHandler with a RestoreConfig.
@@ -47,7 +47,7 @@ func RestoreHandler(cfg RestoreConfig) http.Handler {
 			return
 		}
 		o.Now = now()
-		d := restore.Plan(o)
+		d := etcdrestore.Plan(o)
 		out, err := encodeAnswer(&d.Status, nil, d.ResyncAfter, finalizing, true)
 		if err != nil {
 			WriteError(w, http.StatusInternalServerError, err.Error())
@@ -77,7 +77,7 @@ func checkRestoreParent(p *restoreParent) error {
 
 // DecodeRestore turns an EtcdRestore hook request into what its planner
 // observes, and says whether it is a finalize request.
-func DecodeRestore(body []byte) (*restore.Observed, bool, error) {
+func DecodeRestore(body []byte) (*etcdrestore.Observed, bool, error) {
 	var req struct {
 		Parent     *restoreParent                        `json:"parent"`
 		Related    map[string]map[string]json.RawMessage `json:"related"`
@@ -95,7 +95,7 @@ func DecodeRestore(body []byte) (*restore.Observed, bool, error) {
 		ObjectMeta: p.Metadata,
 		Status:     p.Status,
 	}
-	o := &restore.Observed{Restore: r}
+	o := &etcdrestore.Observed{Restore: r}
 	if err := decodeSpec(p.Spec, &r.Spec, "an EtcdRestore"); err != nil {
 		o.SpecErrors = field.ErrorList{err}
 	} else {
@@ -130,7 +130,7 @@ func RestoreCustomizeHandler() http.Handler {
 		// A spec that does not decode relates nothing; the sync hook says why.
 		var spec v1beta2.RestoreSpec
 		_ = json.Unmarshal(req.Parent.Spec, &spec)
-		return restore.Related(req.Parent.Metadata.Namespace, spec), nil
+		return etcdrestore.Related(req.Parent.Metadata.Namespace, spec), nil
 	})
 }
 
@@ -157,7 +157,7 @@ func CustomizeHandler() http.Handler {
 		// A spec that does not decode relates no Secret; the sync then
 		// reports the spec, which freezes the cluster anyway.
 		_ = json.Unmarshal(p.Spec, &c.Spec)
-		return sync.Related(c), nil
+		return etcdcluster.Related(c), nil
 	})
 }
 

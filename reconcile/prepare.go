@@ -9,7 +9,9 @@ import (
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/etcdclient"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/membership"
+	"github.com/etcdhook/etcd-hook/plan"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
 // Prepare starts the sync's local read of etcd as soon as the parent is
@@ -17,53 +19,53 @@ import (
 // sync's work, and the read's round trip then overlaps it instead of
 // following it. It guesses the members from the ready ones the parent's
 // status lists; Sync takes the read only if the running Pods turn out to
-// be exactly those, and reads afresh otherwise.
-func (r *Reconciler) Prepare(ctx context.Context, o *sync.Observed) context.Context {
+// be exactly those, and reads afresh otherwise. It returns nil when it
+// began nothing.
+func (r *Reconciler) Prepare(ctx context.Context, o *etcdcluster.Observed) *EarlyRead {
 	if o.Finalizing || len(o.Cluster.Status.Members.Ready) == 0 {
-		return ctx
+		return nil
 	}
 	endpoints := make([]string, 0, len(o.Cluster.Status.Members.Ready))
-	addr := sync.AddressesOf(o.Cluster)
+	addr := plan.AddressesOf(o.Cluster)
 	for _, name := range o.Cluster.Status.Members.Ready {
 		endpoints = append(endpoints, addr.ClientURL(name))
 	}
 	slices.Sort(endpoints)
 	cluster, err := r.Dialer.Cluster(endpoints, operatorCredentials(o))
 	if err != nil {
-		return ctx
+		return nil
 	}
-	early := &earlyRead{endpoints: endpoints, cluster: cluster, done: make(chan struct{})}
+	early := &EarlyRead{endpoints: endpoints, cluster: cluster, done: make(chan struct{})}
 	go func() {
 		defer close(early.done)
 		early.membership, early.err = cluster.Membership(ctx)
 	}()
-	return context.WithValue(ctx, earlyReadKey{}, early)
+	return early
 }
 
-type earlyReadKey struct{}
-
-// earlyRead is a local read begun by Prepare.
-type earlyRead struct {
+// EarlyRead is a local read of etcd begun by Prepare, which the same
+// request's Sync takes.
+type EarlyRead struct {
 	endpoints []string
 	cluster   etcdclient.Cluster
 	done      chan struct{}
 	// Set before done is closed.
-	membership *sync.Membership
+	membership *membership.Membership
 	err        error
 }
 
-func (e *earlyRead) covers(endpoints []string) bool { return slices.Equal(e.endpoints, endpoints) }
+func (e *EarlyRead) covers(endpoints []string) bool { return slices.Equal(e.endpoints, endpoints) }
 
 // runningEndpoints are the client URLs of the member Pods that run, sorted:
 // a Pod that does not run cannot answer, and asking it would only spend
 // the sync's time budget. Pods of another etcd cluster than the one being
-// reconciled (a restore's, see sync/restore.go) are never asked.
-func runningEndpoints(o *sync.Observed) []string {
+// reconciled (a restore's, see plan/etcdcluster/restore.go) are never asked.
+func runningEndpoints(o *etcdcluster.Observed) []string {
 	var endpoints []string
-	excluded := sync.ExcludedFromMembership(o)
+	excluded := etcdcluster.ExcludedFromMembership(o)
 	for name, pod := range o.Pods {
 		if pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil && !excluded[name] {
-			endpoints = append(endpoints, sync.MemberClientURL(o.Cluster, pod))
+			endpoints = append(endpoints, etcdcluster.MemberClientURL(o.Cluster, pod))
 		}
 	}
 	slices.Sort(endpoints)
@@ -75,7 +77,7 @@ func runningEndpoints(o *sync.Observed) []string {
 // with the Secret's resourceVersion, so a rotated certificate is dialed
 // with on the next sync; a Secret that is missing or lacks a key gives
 // none, and the https members then fail to answer (the planner says why).
-func operatorCredentials(o *sync.Observed) *etcdclient.ClientTLS {
+func operatorCredentials(o *etcdcluster.Observed) *etcdclient.ClientTLS {
 	name := o.Cluster.Spec.TLS.OperatorSecret()
 	s, ok := o.Secrets[name]
 	if name == "" || !ok {

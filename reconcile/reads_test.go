@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	gosync "sync"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -12,14 +12,15 @@ import (
 
 	"github.com/etcdhook/etcd-hook/etcdclient"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/membership"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 	"github.com/etcdhook/etcd-hook/reconcile"
-	"github.com/etcdhook/etcd-hook/sync"
 )
 
 // countingDialer counts the reads a sync makes through the real adapter.
 type countingDialer struct {
 	etcdclient.Dialer
-	mu     gosync.Mutex
+	mu     sync.Mutex
 	counts map[string]int
 }
 
@@ -50,12 +51,12 @@ type countingCluster struct {
 	d *countingDialer
 }
 
-func (c countingCluster) Membership(ctx context.Context) (*sync.Membership, error) {
+func (c countingCluster) Membership(ctx context.Context) (*membership.Membership, error) {
 	c.d.count("local")
 	return c.Cluster.Membership(ctx)
 }
 
-func (c countingCluster) Confirm(ctx context.Context) (*sync.Membership, error) {
+func (c countingCluster) Confirm(ctx context.Context) (*membership.Membership, error) {
 	c.d.count("confirmed")
 	return c.Cluster.Confirm(ctx)
 }
@@ -72,7 +73,7 @@ func countingReconciler(t *testing.T, ec *etcdtest.Cluster) (*reconcile.Reconcil
 }
 
 // onSpecImage gives every member Pod the container the spec asks for.
-func onSpecImage(o *sync.Observed) *sync.Observed {
+func onSpecImage(o *etcdcluster.Observed) *etcdcluster.Observed {
 	image := o.Cluster.Spec.WithDefaults().Image()
 	for _, pod := range o.Pods {
 		pod.Spec.Containers = []corev1.Container{{Name: "etcd", Image: image}}
@@ -82,10 +83,10 @@ func onSpecImage(o *sync.Observed) *sync.Observed {
 
 // steadyObserved is a converged cluster as Metacontroller sends it back:
 // with the status the hook wrote for it.
-func steadyObserved(t *testing.T, r *reconcile.Reconciler, ec *etcdtest.Cluster) *sync.Observed {
+func steadyObserved(t *testing.T, r *reconcile.Reconciler, ec *etcdtest.Cluster) *etcdcluster.Observed {
 	t.Helper()
 	o := onSpecImage(observedFor(ec, len(ec.Members)))
-	d, err := r.Sync(context.Background(), o)
+	d, err := r.Sync(context.Background(), o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,24 +107,24 @@ func TestReadsPerSync(t *testing.T) {
 	tests := []struct {
 		name    string
 		reason  string
-		observe func() *sync.Observed
+		observe func() *etcdcluster.Observed
 		prepare bool
 		want    map[string]int
 	}{{
 		name:    "steady",
 		reason:  "a sync that changes nothing rests on the local read alone",
-		observe: func() *sync.Observed { return steady },
+		observe: func() *etcdcluster.Observed { return steady },
 		want:    map[string]int{"local": 1},
 	}, {
 		name:    "steady, prepared",
 		reason:  "the read Prepare started is the sync's read",
-		observe: func() *sync.Observed { return steady },
+		observe: func() *etcdcluster.Observed { return steady },
 		prepare: true,
 		want:    map[string]int{"local": 1},
 	}, {
 		name:   "prepared for other members",
 		reason: "a read begun for the members the status lists is dropped when the running Pods differ",
-		observe: func() *sync.Observed {
+		observe: func() *etcdcluster.Observed {
 			o := onSpecImage(observedFor(ec, 3))
 			o.Cluster.Status = steady.Cluster.Status
 			o.Cluster.Status.Members.Ready = []string{ec.Members[0].Name}
@@ -134,7 +135,7 @@ func TestReadsPerSync(t *testing.T) {
 	}, {
 		name:   "a change to make",
 		reason: "a change is decided on the list read through the quorum",
-		observe: func() *sync.Observed {
+		observe: func() *etcdcluster.Observed {
 			o := onSpecImage(observedFor(ec, 3))
 			o.Cluster.Spec.Size = 4
 			return o
@@ -145,10 +146,11 @@ func TestReadsPerSync(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := tt.observe()
 			ctx := context.Background()
+			var early *reconcile.EarlyRead
 			if tt.prepare {
-				ctx = r.Prepare(ctx, o)
+				early = r.Prepare(ctx, o)
 			}
-			if _, err := r.Sync(ctx, o); err != nil {
+			if _, err := r.Sync(ctx, o, early); err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tt.want, dialer.reads()); diff != "" {

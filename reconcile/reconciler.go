@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/etcdhook/etcd-hook/etcdclient"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/membership"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
 // Recorder counts membership actions by type and result.
 type Recorder interface {
-	MembershipAction(action sync.ActionType, result string)
+	MembershipAction(action membership.ActionType, result string)
 }
 
 // Results recorded for membership actions.
@@ -24,7 +25,7 @@ const (
 	ResultError    = "error"
 )
 
-// Reconciler implements hooks.Syncer and hooks.Preparer.
+// Reconciler implements hooks.Syncer[*EarlyRead].
 type Reconciler struct {
 	Dialer   etcdclient.Dialer
 	Recorder Recorder
@@ -43,28 +44,30 @@ type Reconciler struct {
 // (a steady cluster, every periodic resync), it is the answer. Otherwise
 // the list is read again through the quorum and the plan made again on
 // it: every change is decided on a linearizable list.
-func (r *Reconciler) Sync(ctx context.Context, o *sync.Observed) (sync.Decision, error) {
+//
+// early is the read Prepare began for this request, or nil.
+func (r *Reconciler) Sync(ctx context.Context, o *etcdcluster.Observed, early *EarlyRead) (etcdcluster.Decision, error) {
 	c := o.Cluster
 	log := r.Logger.With("namespace", c.Namespace, "name", c.Name)
 	o.Now = r.now()
 	o.AgentImage = r.AgentImage
 	suffix, err := r.freshSuffix()
 	if err != nil {
-		return sync.Decision{}, err
+		return etcdcluster.Decision{}, err
 	}
 	o.FreshSuffix = suffix
 	if o.Finalizing {
-		return sync.Plan(o), nil
+		return etcdcluster.Plan(o), nil
 	}
 
-	cluster := r.observe(ctx, log, o)
-	d := sync.Plan(o)
+	cluster := r.observe(ctx, log, o, early)
+	d := etcdcluster.Plan(o)
 	if o.Membership == nil || d.Settled(o) {
 		return d, nil
 	}
 	ms, err := cluster.Confirm(ctx)
 	r.record(log, o, ms, err)
-	d = sync.Plan(o)
+	d = etcdcluster.Plan(o)
 	if d.Action == nil || o.Membership == nil {
 		return d, nil
 	}
@@ -85,19 +88,19 @@ func (r *Reconciler) Sync(ctx context.Context, o *sync.Observed) (sync.Decision,
 		log.Info("membership step made", "action", action.String(), "reason", action.Reason)
 		o.Membership = o.Membership.WithMembers(members)
 	}
-	o.Acted = &sync.Outcome{Action: action, Err: err}
-	return sync.Plan(o), nil
+	o.Acted = &etcdcluster.Outcome{Action: action, Err: err}
+	return etcdcluster.Plan(o), nil
 }
 
 // observe reads the membership through the client URLs of the member Pods
 // that run, or takes the read Prepare started for exactly those.
-func (r *Reconciler) observe(ctx context.Context, log *slog.Logger, o *sync.Observed) etcdclient.Cluster {
+func (r *Reconciler) observe(ctx context.Context, log *slog.Logger, o *etcdcluster.Observed, early *EarlyRead) etcdclient.Cluster {
 	endpoints := runningEndpoints(o)
 	if len(endpoints) == 0 {
 		o.MembershipError = "no member Pod is running"
 		return nil
 	}
-	if early, ok := ctx.Value(earlyReadKey{}).(*earlyRead); ok && early.covers(endpoints) {
+	if early != nil && early.covers(endpoints) {
 		select {
 		case <-early.done:
 			r.record(log, o, early.membership, early.err)
@@ -117,7 +120,7 @@ func (r *Reconciler) observe(ctx context.Context, log *slog.Logger, o *sync.Obse
 	return cluster
 }
 
-func (r *Reconciler) record(log *slog.Logger, o *sync.Observed, ms *sync.Membership, err error) {
+func (r *Reconciler) record(log *slog.Logger, o *etcdcluster.Observed, ms *membership.Membership, err error) {
 	o.Membership, o.MembershipError = ms, ""
 	if err != nil {
 		log.Warn("cannot read etcd membership", "error", err)
@@ -137,9 +140,9 @@ func (r *Reconciler) freshSuffix() (string, error) {
 	if random == nil {
 		random = rand.Reader
 	}
-	buf := make([]byte, sync.SuffixLength)
+	buf := make([]byte, etcdcluster.SuffixLength)
 	if _, err := io.ReadFull(random, buf); err != nil {
 		return "", err
 	}
-	return sync.RandomSuffix(buf), nil
+	return etcdcluster.RandomSuffix(buf), nil
 }

@@ -17,13 +17,15 @@ import (
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/etcdclient"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/membership"
+	"github.com/etcdhook/etcd-hook/plan"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 	"github.com/etcdhook/etcd-hook/reconcile"
-	"github.com/etcdhook/etcd-hook/sync"
 )
 
 type countingRecorder struct{ actions []string }
 
-func (r *countingRecorder) MembershipAction(a sync.ActionType, result string) {
+func (r *countingRecorder) MembershipAction(a membership.ActionType, result string) {
 	r.actions = append(r.actions, string(a)+":"+result)
 }
 
@@ -43,15 +45,15 @@ func newReconciler(t *testing.T, ec *etcdtest.Cluster, suffix byte) (*reconcile.
 func readyMemberPod(name string) *corev1.Pod {
 	applied, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": name}})
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: map[string]string{sync.LastAppliedAnnotation: string(applied)}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: map[string]string{plan.LastAppliedAnnotation: string(applied)}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
 			{Type: corev1.PodReady, Status: corev1.ConditionTrue},
 		}},
 	}
 }
 
-func observedFor(ec *etcdtest.Cluster, size int) *sync.Observed {
-	o := &sync.Observed{
+func observedFor(ec *etcdtest.Cluster, size int) *etcdcluster.Observed {
+	o := &etcdcluster.Observed{
 		Cluster: &v1beta2.EtcdCluster{
 			ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns", UID: "uid-1"},
 			Spec:       v1beta2.ClusterSpec{Size: size, Version: ec.Version},
@@ -91,10 +93,10 @@ func memberCountAt(t *testing.T, endpoints []string) (total, unstarted int) {
 	return len(resp.Members), unstarted
 }
 
-func pods(d sync.Decision) []string {
+func pods(d etcdcluster.Decision) []string {
 	var out []string
 	for _, c := range d.Children {
-		if c.Kind == sync.KindPod {
+		if c.Kind == plan.KindPod {
 			out = append(out, c.Name)
 		}
 	}
@@ -107,7 +109,7 @@ func pods(d sync.Decision) []string {
 func TestGrowSurvivesHookRestart(t *testing.T) {
 	ec := etcdtest.StartCluster(t, etcdtest.Options{Size: 1})
 	r, rec := newReconciler(t, ec, 3)
-	d, err := r.Sync(context.Background(), observedFor(ec, 3))
+	d, err := r.Sync(context.Background(), observedFor(ec, 3), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,14 +119,14 @@ func TestGrowSurvivesHookRestart(t *testing.T) {
 	if total, unstarted := memberCount(t, ec); total != 2 || unstarted != 1 {
 		t.Fatalf("etcd has %d members, %d unstarted; want 2 and 1", total, unstarted)
 	}
-	newPod := "demo-" + sync.RandomSuffix(bytes.Repeat([]byte{3}, 5))
+	newPod := "demo-" + etcdcluster.RandomSuffix(bytes.Repeat([]byte{3}, 5))
 	want := []string{newPod, ec.Members[0].Name} // sorted by name
 	if diff := cmp.Diff(want, pods(d)); diff != "" {
 		t.Fatalf("Pods in the answer (-want +got):\n%s", diff)
 	}
 
 	restarted, rec2 := newReconciler(t, ec, 9)
-	d2, err := restarted.Sync(context.Background(), observedFor(ec, 3))
+	d2, err := restarted.Sync(context.Background(), observedFor(ec, 3), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,14 +146,14 @@ func TestShrinkRemovesBeforeDroppingPod(t *testing.T) {
 	r, rec := newReconciler(t, ec, 3)
 	// etcd refuses a removal until its peers have been connected for its
 	// health interval; a real hook simply retries on its next sync.
-	var d sync.Decision
+	var d etcdcluster.Decision
 	deadline := time.Now().Add(15 * time.Second)
 	for len(rec.actions) == 0 || rec.actions[len(rec.actions)-1] != "remove:ok" {
 		if time.Now().After(deadline) {
 			t.Fatalf("no successful removal; actions %v", rec.actions)
 		}
 		var err error
-		if d, err = r.Sync(context.Background(), observedFor(ec, 2)); err != nil {
+		if d, err = r.Sync(context.Background(), observedFor(ec, 2), nil); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(250 * time.Millisecond)

@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdhook/etcd-hook/agent"
+	"github.com/etcdhook/etcd-hook/agent/report"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/internal/s3test"
 )
@@ -147,7 +148,7 @@ func agentRun(t *testing.T, bin, endpoint, s3URL, awsDir, path, resultFile strin
 	if err != nil {
 		t.Fatalf("etcd-hook backup: %v\n%s", err, out)
 	}
-	var res agent.Result
+	var res report.BackupResult
 	data, _ := os.ReadFile(resultFile)
 	if err := json.Unmarshal(data, &res); err != nil || !res.Succeeded {
 		t.Fatalf("result %s: %v", data, err)

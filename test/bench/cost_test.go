@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	gosync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,7 +116,7 @@ func (r *rig) latencies(t *testing.T, samples int) (hook, echo, read []time.Dura
 // throughput is requests per second with one client per core.
 func (r *rig) throughput(t *testing.T, path string, window time.Duration) float64 {
 	var done atomic.Int64
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	deadline := time.Now().Add(window)
 	for range runtime.NumCPU() {
 		wg.Add(1)

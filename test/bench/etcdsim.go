@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	gosync "sync"
+	"sync"
 	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/plan"
 )
 
 // The reads a steady sync may make, as etcdSim counts them.
@@ -68,7 +68,7 @@ type etcdSim struct {
 	server   *grpc.Server
 	accepted atomic.Int64
 
-	mu         gosync.Mutex
+	mu         sync.Mutex
 	calls      map[string]int64
 	unexpected map[string]int64
 }
@@ -237,7 +237,7 @@ func (s *etcdSim) member(ctx context.Context) (*simCluster, *pb.Member, error) {
 func (s *etcdSim) lookup(authority string) (*simCluster, *pb.Member) {
 	host := authority
 	if h, port, err := net.SplitHostPort(authority); err == nil {
-		if port != strconv.Itoa(sync.ClientPort) {
+		if port != strconv.Itoa(plan.ClientPort) {
 			return nil, nil
 		}
 		host = h

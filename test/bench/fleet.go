@@ -12,7 +12,8 @@ import (
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/plan"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
 // fleetNamespace is the namespace clusterRequest puts every cluster in.
@@ -50,12 +51,12 @@ func newFleet(n int, unreachable []int, tlsEvery int) ([]fleetCluster, error) {
 }
 
 // addresses are the cluster's, as its spec asks members to serve.
-func (c fleetCluster) addresses() sync.Addresses {
+func (c fleetCluster) addresses() plan.Addresses {
 	ec := &v1beta2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: fleetNamespace}}
 	if c.tls != nil {
 		ec.Spec.TLS = c.tls.policy
 	}
-	return sync.AddressesOf(ec)
+	return plan.AddressesOf(ec)
 }
 
 // request is the cluster's steady sync request with the given status.
@@ -67,10 +68,10 @@ func (c fleetCluster) request(status v1beta2.ClusterStatus) ([]byte, error) {
 // the others <cluster>-<random suffix>, whose randomness is drawn from the
 // UID here so that every run syncs the same names.
 func memberNames(cluster, uid string, n int) []string {
-	names := []string{sync.SeedName(cluster, uid)}
+	names := []string{etcdcluster.SeedName(cluster, uid)}
 	for i := 1; i < n; i++ {
 		sum := sha256.Sum256(fmt.Appendf(nil, "member/%s/%d", uid, i))
-		names = append(names, cluster+"-"+sync.RandomSuffix(sum[:]))
+		names = append(names, cluster+"-"+etcdcluster.RandomSuffix(sum[:]))
 	}
 	return names
 }

@@ -13,7 +13,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	gosync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,9 +109,9 @@ func TestUnreachableIsolationReport(t *testing.T) {
 	alone := measure()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	var deadSyncs []time.Duration
-	var mu gosync.Mutex
+	var mu sync.Mutex
 	for _, req := range unreachable {
 		wg.Add(1)
 		go func() {

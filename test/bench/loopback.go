@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	gosync "sync"
+	"sync"
 )
 
 // listenLoopback listens on port at a random loopback address. Member URLs
@@ -32,7 +32,7 @@ func listenerIP(l net.Listener) netip.Addr {
 // is unreachable in the worst way, where every call runs into its timeout
 // instead of failing at once. stop closes l and every connection held.
 func serveBlackhole(l net.Listener) (stop func()) {
-	var mu gosync.Mutex
+	var mu sync.Mutex
 	var held []net.Conn
 	go func() {
 		for {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/hooks"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/plan"
 )
 
 // capturedPod is a Pod exactly as the API server sent it to Metacontroller
@@ -93,7 +93,7 @@ func clusterRequestTLS(cluster, uid string, members []string, version string, st
 			spec["volumes"] = append(spec["volumes"].([]any), volumes...)
 		}
 		applied, _ := json.Marshal(rendered)
-		meta["annotations"] = map[string]any{sync.LastAppliedAnnotation: string(applied)}
+		meta["annotations"] = map[string]any{plan.LastAppliedAnnotation: string(applied)}
 		spec["hostname"], spec["subdomain"] = name, cluster
 		container["image"] = "quay.io/coreos/etcd:v" + version
 		now := time.Now().UTC().Format(time.RFC3339)

@@ -9,13 +9,13 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	gosync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
 // target is one cluster and the request Metacontroller sends for it.
@@ -208,7 +208,7 @@ func steadyStatus(answer []byte, members []string) (v1beta2.ClusterStatus, error
 	}
 	slices.Sort(pods)
 	converged := slices.ContainsFunc(a.Status.Conditions, func(c v1beta2.ClusterCondition) bool {
-		return c.Type == v1beta2.ConditionProgressing && c.Reason == sync.ReasonConverged
+		return c.Type == v1beta2.ConditionProgressing && c.Reason == etcdcluster.ReasonConverged
 	})
 	if want := slices.Sorted(slices.Values(members)); !converged || !slices.Equal(pods, want) {
 		status, _ := json.Marshal(a.Status)
@@ -222,7 +222,7 @@ func steadyStatus(answer []byte, members []string) (v1beta2.ClusterStatus, error
 // the next parent from its queue.
 func forEach(n int, fn func(i int)) {
 	var next atomic.Int64
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	for range scaleWorkers {
 		wg.Go(func() {
 			for {
@@ -240,7 +240,7 @@ func forEach(n int, fn func(i int)) {
 // problems keeps the first few failures of many syncs and counts the
 // rest, so that a mistake that hits every sync reads as one.
 type problems struct {
-	mu    gosync.Mutex
+	mu    sync.Mutex
 	n     int
 	first []string
 }

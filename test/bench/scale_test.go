@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/plan"
+
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
@@ -114,11 +115,11 @@ func startScaleRun(t *testing.T, fleet []fleetCluster) *scaleRun {
 	bin := filepath.Join(binDir, "etcd-hook")
 	harness.RequireBinary(t, bin, "make build")
 
-	simListener, err := listenLoopback(sync.ClientPort)
+	simListener, err := listenLoopback(plan.ClientPort)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsListener, err := listenLoopback(sync.ClientPort)
+	tlsListener, err := listenLoopback(plan.ClientPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func startScaleRun(t *testing.T, fleet []fleetCluster) *scaleRun {
 	t.Cleanup(sim.stop)
 	simTLS.serveTLS(tlsListener)
 	t.Cleanup(simTLS.stop)
-	holeListener, err := listenLoopback(sync.ClientPort)
+	holeListener, err := listenLoopback(plan.ClientPort)
 	if err != nil {
 		t.Fatal(err)
 	}

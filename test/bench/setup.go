@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	gosync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,13 +19,15 @@ import (
 	"github.com/etcdhook/etcd-hook/etcdclient"
 	"github.com/etcdhook/etcd-hook/hooks"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/membership"
+	"github.com/etcdhook/etcd-hook/plan"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 	"github.com/etcdhook/etcd-hook/reconcile"
-	"github.com/etcdhook/etcd-hook/sync"
 )
 
 type nopRecorder struct{}
 
-func (nopRecorder) MembershipAction(sync.ActionType, string) {}
+func (nopRecorder) MembershipAction(membership.ActionType, string) {}
 
 // rig is one measured setup: a real etcd cluster, the hook and the echo
 // floor behind one HTTP server, and the steady-state request.
@@ -98,7 +100,7 @@ func newRig(tb testing.TB, members int, withTLS bool) *rig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d, err := reconciler.Sync(context.Background(), o)
+	d, err := reconciler.Sync(context.Background(), o, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func newRig(tb testing.TB, members int, withTLS bool) *rig {
 
 	var endpoints []string
 	for _, name := range names {
-		endpoints = append(endpoints, sync.AddressesOf(o.Cluster).ClientURL(name))
+		endpoints = append(endpoints, plan.AddressesOf(o.Cluster).ClientURL(name))
 	}
 	if withTLS && (dialer.creds() == nil || !strings.HasPrefix(endpoints[0], "https://")) {
 		tb.Fatalf("the hook did not call the TLS cluster with its operator certificate at https URLs: %v", endpoints)
@@ -146,7 +148,7 @@ func newRig(tb testing.TB, members int, withTLS bool) *rig {
 type rigDialer struct {
 	byPod map[string]string
 
-	mu        gosync.Mutex
+	mu        sync.Mutex
 	pool      *etcdclient.Pool
 	lastCreds *etcdclient.ClientTLS
 }
@@ -191,7 +193,7 @@ func (d *rigDialer) close() {
 // echoHandler is the floor: the hook's transport, decoding into the same
 // types, and the hook's own answer for this request encoded again, with no
 // etcd and no planning.
-func echoHandler(d sync.Decision) http.Handler {
+func echoHandler(d etcdcluster.Decision) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, hooks.MaxBodyBytes))
 		if err != nil {

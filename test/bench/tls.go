@@ -15,7 +15,7 @@ import (
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/internal/tlstest"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
 // clusterTLS is what a cluster with spec.TLS brings to a benchmark: the
@@ -100,11 +100,11 @@ func (ct *clusterTLS) renderSeed(cluster, namespace, uid, version string) (*core
 	for _, s := range ct.secrets {
 		secrets[s.Name] = s
 	}
-	d := sync.Plan(&sync.Observed{
+	d := etcdcluster.Plan(&etcdcluster.Observed{
 		Cluster: c, Pods: map[string]*corev1.Pod{}, Services: map[string]*corev1.Service{}, PVCs: map[string]*corev1.PersistentVolumeClaim{},
 		Secrets: secrets, Now: time.Now(), FreshSuffix: "bench",
 	})
-	seed := sync.SeedName(cluster, uid)
+	seed := etcdcluster.SeedName(cluster, uid)
 	for _, child := range d.Children {
 		if pod, ok := child.Object.(*corev1.Pod); ok && child.Name == seed {
 			return pod, nil

@@ -9,7 +9,9 @@ import (
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/hooks"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/membership"
+	"github.com/etcdhook/etcd-hook/plan"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
 // The TLS requests the reports send are what the hook gets from
@@ -45,13 +47,13 @@ func TestTLSRequestIsSteady(t *testing.T) {
 		}
 	}
 	addr := fc.addresses()
-	ms := &sync.Membership{}
+	ms := &membership.Membership{}
 	for i, name := range fc.members {
 		pod := o.Pods[name]
 		if pod == nil {
 			t.Fatalf("no Pod %s", name)
 		}
-		if got, want := sync.MemberClientURL(o.Cluster, pod), addr.ClientURL(name); got != want || !strings.HasPrefix(got, "https://") {
+		if got, want := etcdcluster.MemberClientURL(o.Cluster, pod), addr.ClientURL(name); got != want || !strings.HasPrefix(got, "https://") {
 			t.Errorf("Pod %s advertises %q, want %q", name, got, want)
 		}
 		var mounts []string
@@ -63,7 +65,7 @@ func TestTLSRequestIsSteady(t *testing.T) {
 		if want := []string{o.Cluster.Spec.TLS.PeerSecret(), o.Cluster.Spec.TLS.ServerSecret()}; !slices.Equal(mounts, want) {
 			t.Errorf("Pod %s mounts Secrets %v, want %v", name, mounts, want)
 		}
-		ms.Members = append(ms.Members, sync.Member{
+		ms.Members = append(ms.Members, membership.Member{
 			ID: simID("member/" + name), Name: name, PeerURLs: []string{addr.PeerURL(name)}, ClientURLs: []string{addr.ClientURL(name)},
 			Reachable: true, Version: etcdtest.DefaultVersion, RaftIndex: simRaftIndex,
 		})
@@ -72,19 +74,19 @@ func TestTLSRequestIsSteady(t *testing.T) {
 		}
 	}
 	o.Membership, o.Now = ms, time.Now()
-	d := sync.Plan(o)
+	d := etcdcluster.Plan(o)
 	if d.Action != nil {
 		t.Errorf("the plan of the steady TLS request acts: %v", d.Action)
 	}
 	converged := slices.ContainsFunc(d.Status.Conditions, func(c v1beta2.ClusterCondition) bool {
-		return c.Type == v1beta2.ConditionProgressing && c.Reason == sync.ReasonConverged
+		return c.Type == v1beta2.ConditionProgressing && c.Reason == etcdcluster.ReasonConverged
 	})
 	if !converged {
 		t.Errorf("the plan of the steady TLS request is not Converged: %+v", d.Status.Conditions)
 	}
 	var pods []string
 	for _, c := range d.Children {
-		if c.Kind == sync.KindPod {
+		if c.Kind == plan.KindPod {
 			pods = append(pods, c.Name)
 		}
 	}

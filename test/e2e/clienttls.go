@@ -4,7 +4,7 @@ import (
 	"crypto/tls"
 	"net/url"
 	"strings"
-	gosync "sync"
+	"sync"
 )
 
 // The client certificates of TLS clusters, by the DNS suffix of their
@@ -12,7 +12,7 @@ import (
 // make (writers, member lists, reads) calls a TLS cluster as an
 // application would, with no helper needing to be told.
 var (
-	clientTLSMu gosync.Mutex
+	clientTLSMu sync.Mutex
 	clientTLS   = map[string]*tls.Config{}
 )
 

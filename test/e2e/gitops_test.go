@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/etcdhook/etcd-hook/internal/gitopstest"
-	hooksync "github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
@@ -45,7 +45,7 @@ var (
 // at the hook's next resync in trouble (5 s): quorumLossStalledWithin
 // bounds the wait.
 const (
-	quorumLossConfirm       = hooksync.QuorumLossConfirmAfter
+	quorumLossConfirm       = etcdcluster.QuorumLossConfirmAfter
 	quorumLossStalledWithin = quorumLossConfirm + 30*time.Second
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
-// The rolling spec changes of issue 14: a label reaches running members in
+// Rolling spec changes: a label reaches running members in
 // place, and a change of resources rolls one member at a time, on claims
 // (the same members in new Pods) and on emptyDir (new members through
 // learners), with the writer running and the cluster sampled throughout.

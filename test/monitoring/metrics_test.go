@@ -21,7 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	gosync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +32,7 @@ var update = flag.Bool("update", false, "rewrite testdata/rules.yaml from the Pr
 
 const (
 	monitoringDir = "manifests/monitoring"
-	serverDir     = "server"
+	serverDir     = "cmd/etcd-hook"
 
 	// The jobs the PodMonitor and the ServiceMonitor give their targets.
 	membersJob = "etcd-hook-members"
@@ -124,7 +124,7 @@ func (e exported) add(names []string, source string) {
 }
 
 var (
-	etcdNamesOnce gosync.Once
+	etcdNamesOnce sync.Once
 	etcdNames     map[string][]string // by etcd release
 	etcdNamesErr  error
 )

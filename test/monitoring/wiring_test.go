@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	yaml "go.yaml.in/yaml/v2"
 
-	"github.com/etcdhook/etcd-hook/sync"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
 func readYAML(t *testing.T, rel string, into any) {
@@ -87,23 +87,23 @@ func TestPodMonitorFindsTheMembers(t *testing.T) {
 	if !pm.Spec.NamespaceSelector.Any {
 		t.Errorf("namespaceSelector.any is not true: EtcdClusters live in any namespace")
 	}
-	if diff := cmp.Diff(map[string]string{sync.LabelApp: "etcd"}, pm.Spec.Selector.MatchLabels); diff != "" {
-		t.Errorf("matchLabels are not the members' %s label (-want +got):\n%s", sync.LabelApp, diff)
+	if diff := cmp.Diff(map[string]string{etcdcluster.LabelApp: "etcd"}, pm.Spec.Selector.MatchLabels); diff != "" {
+		t.Errorf("matchLabels are not the members' %s label (-want +got):\n%s", etcdcluster.LabelApp, diff)
 	}
-	if e := pm.Spec.Selector.MatchExpressions; len(e) != 1 || e[0].Key != sync.LabelCluster || e[0].Operator != "Exists" {
-		t.Errorf("matchExpressions %+v, want only %s Exists", e, sync.LabelCluster)
+	if e := pm.Spec.Selector.MatchExpressions; len(e) != 1 || e[0].Key != etcdcluster.LabelCluster || e[0].Operator != "Exists" {
+		t.Errorf("matchExpressions %+v, want only %s Exists", e, etcdcluster.LabelCluster)
 	}
 	if len(pm.Spec.Endpoints) != 1 {
 		t.Fatalf("%d podMetricsEndpoints, want 1", len(pm.Spec.Endpoints))
 	}
 	ep := pm.Spec.Endpoints[0]
-	// sync/pod.go names the member's port 2381 "metrics".
+	// plan/etcdcluster/pod.go names the member's port 2381 "metrics".
 	if ep.Port != "metrics" || ep.Scheme != "http" || ep.Path != "/metrics" {
-		t.Errorf("endpoint port %q scheme %q path %q, want metrics, http, /metrics (port %d)", ep.Port, ep.Scheme, ep.Path, sync.MetricsPort)
+		t.Errorf("endpoint port %q scheme %q path %q, want metrics, http, /metrics (port %d)", ep.Port, ep.Scheme, ep.Path, etcdcluster.MetricsPort)
 	}
 	want := map[string]string{
 		"namespace":    "__meta_kubernetes_namespace",
-		"etcd_cluster": "__meta_kubernetes_pod_label_" + sync.LabelCluster,
+		"etcd_cluster": "__meta_kubernetes_pod_label_" + etcdcluster.LabelCluster,
 		"pod":          "__meta_kubernetes_pod_name",
 		"job":          membersJob,
 	}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/etcdhook/etcd-hook/membership"
+)
+
+type metrics struct {
+	latency *prometheus.HistogramVec
+	errors  *prometheus.CounterVec
+	actions *prometheus.CounterVec
+	// objects are the per-object series (clustermetrics.go).
+	objects *objectMetrics
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "etcd_hook_request_duration_seconds",
+			Help: "Time to answer a request, by route and HTTP status code.",
+			// From sub-millisecond steady syncs up to Metacontroller's 10 s
+			// hook timeout.
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route", "code"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "etcd_hook_request_errors_total",
+			Help: "Requests answered with an error status, by route and code.",
+		}, []string{"route", "code"}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "etcd_hook_membership_actions_total",
+			Help: "Membership changes attempted, by action and result.",
+		}, []string{"action", "result"}),
+	}
+	m.objects = newObjectMetrics(time.Now)
+	reg.MustRegister(m.latency, m.errors, m.actions, m.objects,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) observeRequest(route string, code int, d time.Duration) {
+	c := strconv.Itoa(code)
+	m.latency.WithLabelValues(route, c).Observe(d.Seconds())
+	if code >= 400 {
+		m.errors.WithLabelValues(route, c).Inc()
+	}
+}
+
+// MembershipAction implements reconcile.Recorder.
+func (m *metrics) MembershipAction(action membership.ActionType, result string) {
+	m.actions.WithLabelValues(string(action), result).Inc()
+}

@@ -1,0 +1,210 @@
+package etcdcluster
+
+import (
+	"encoding/json"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+)
+
+// The bootstrap record says which etcd cluster an EtcdCluster created and
+// whether it has run. It is what keeps a cluster that lost every member
+// from being bootstrapped again as a new, empty cluster under the same
+// name: clients would reconnect to it and see their data, and revisions,
+// silently gone.
+//
+// The hook remembers nothing, so the record travels in what each request
+// carries, in three places:
+//   - status.bootstrap, which Metacontroller hands back on every sync;
+//   - a copy on the peer Service (AnnotationBootstrap), so that a status
+//     wiped by hand, or a status write that failed, does not erase it;
+//   - each member Pod names its cluster's seed (AnnotationSeedMember), so
+//     a Pod of a re-created cluster is recognised even before either
+//     record says so.
+//
+// A cluster is bootstrapped once a member was seen running, or etcd
+// answered. Before that the record only names the seed being started, and
+// a seed Pod that never ran may be rendered again. When the evidence is
+// ambiguous (no record, but Services or a status written by an earlier
+// version of the hook) the cluster counts as bootstrapped: a refusal that
+// needs a human costs minutes, a silent empty cluster costs the data.
+const (
+	// AnnotationBootstrap on the peer Service holds a JSON copy of
+	// status.bootstrap.
+	AnnotationBootstrap = v1beta2.Group + "/bootstrap"
+	// AnnotationSeedMember on a member Pod names the seed member of the
+	// etcd cluster it belongs to.
+	AnnotationSeedMember = v1beta2.Group + "/seed-member"
+)
+
+// bootstrapRecord gathers the record from everything the request carries.
+// It is nil only for a cluster the hook has never started.
+func (p *planner) bootstrapRecord() *v1beta2.BootstrapStatus {
+	o, c := p.o, p.o.Cluster
+	rec := newerRecord(c.Status.Bootstrap, serviceRecord(o.Services[c.Name]))
+	if rec == nil && p.earlierVersionEvidence() {
+		rec = &v1beta2.BootstrapStatus{SeedMember: SeedName(c.Name, string(c.UID)), Bootstrapped: true}
+	}
+	if seed := p.podsSeed(); seed != "" {
+		switch {
+		case rec == nil:
+			rec = &v1beta2.BootstrapStatus{SeedMember: seed}
+		case seed != rec.SeedMember && seed == p.recreatedSeed(rec.SeedMember):
+			// The Pods of the cluster that replaced the recorded one exist,
+			// though the record of the replacement was not written.
+			rec = &v1beta2.BootstrapStatus{SeedMember: seed, RecreatedFrom: rec.SeedMember}
+		}
+	}
+	if rec == nil {
+		return nil
+	}
+	out := *rec
+	if o.Membership != nil || p.anyPodStarted(out.SeedMember) {
+		out.Bootstrapped = true
+	}
+	if ms := o.Membership; ms != nil && ms.ClusterID != 0 && out.ClusterID == "" {
+		out.ClusterID = strconv.FormatUint(ms.ClusterID, 16)
+	}
+	return &out
+}
+
+// newerRecord merges the status's record with the Service's copy. They
+// differ only when a write failed or someone edited one: the same seed
+// merges, a record of the cluster that replaced the other's wins, and
+// otherwise the status does.
+func newerRecord(status, copy *v1beta2.BootstrapStatus) *v1beta2.BootstrapStatus {
+	switch {
+	case status == nil:
+		return copy
+	case copy == nil:
+		return status
+	case status.SeedMember == copy.SeedMember:
+		out := *status
+		out.Bootstrapped = status.Bootstrapped || copy.Bootstrapped
+		if out.ClusterID == "" {
+			out.ClusterID = copy.ClusterID
+		}
+		if out.RecreatedFrom == "" {
+			out.RecreatedFrom = copy.RecreatedFrom
+		}
+		return &out
+	case copy.RecreatedFrom == status.SeedMember:
+		return copy
+	}
+	return status
+}
+
+func serviceRecord(s *corev1.Service) *v1beta2.BootstrapStatus {
+	if s == nil {
+		return nil
+	}
+	var rec v1beta2.BootstrapStatus
+	if err := json.Unmarshal([]byte(s.Annotations[AnnotationBootstrap]), &rec); err != nil || rec.SeedMember == "" {
+		return nil
+	}
+	return &rec
+}
+
+// earlierVersionEvidence is what a cluster started by a hook without the
+// record leaves behind: a status that saw members, or a peer Service
+// without the record's copy. Every hook version renders the Services
+// together with its seed.
+func (p *planner) earlierVersionEvidence() bool {
+	o, st := p.o, p.o.Cluster.Status
+	if st.Phase == v1beta2.PhaseRunning || st.Phase == v1beta2.PhaseFailed || st.CurrentVersion != "" ||
+		len(st.Members.Ready)+len(st.Members.Unready) > 0 {
+		return true
+	}
+	peer, ok := o.Services[p.o.Cluster.Name]
+	return ok && serviceRecord(peer) == nil
+}
+
+// podsSeed is the seed member the observed Pods name, the newest when they
+// name several; Pods rendered before the record existed belong to the
+// first cluster. "" when there is no Pod.
+func (p *planner) podsSeed() string {
+	c := p.o.Cluster
+	first := SeedName(c.Name, string(c.UID))
+	seed := ""
+	for _, pod := range p.o.Pods {
+		if _, restoring := pod.Annotations[AnnotationRestoreRequest]; restoring {
+			// A restore's seed counts once the restore is committed, and
+			// the record then names it; see restore.go.
+			continue
+		}
+		s := pod.Annotations[AnnotationSeedMember]
+		if s == "" {
+			s = first
+		}
+		if seed == "" || s == p.recreatedSeed(seed) {
+			seed = s
+		}
+	}
+	return seed
+}
+
+// anyPodStarted: a Pod of the cluster seeded by seed has run. A restore's
+// seed that is not yet committed runs another cluster.
+func (p *planner) anyPodStarted(seed string) bool {
+	for name, pod := range p.o.Pods {
+		if _, restoring := pod.Annotations[AnnotationRestoreRequest]; restoring && name != seed {
+			continue
+		}
+		if podStarted(pod) {
+			return true
+		}
+	}
+	return false
+}
+
+// podStarted reports a Pod whose container has run, or may have: from
+// then on its member may have taken writes.
+func podStarted(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodPending && p.Status.Phase != "" {
+		return true
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running != nil || cs.State.Terminated != nil || cs.RestartCount > 0 || cs.LastTerminationState.Terminated != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// seed is the seed member of the cluster the hook is running or starting.
+func (p *planner) seed() string {
+	if p.rec != nil {
+		return p.rec.SeedMember
+	}
+	c := p.o.Cluster
+	return SeedName(c.Name, string(c.UID))
+}
+
+// clusterToken is --initial-cluster-token: the first cluster keeps the
+// token every earlier version used, and a re-created one adds its seed,
+// so that no member of the lost cluster could ever join it.
+func (p *planner) clusterToken() string {
+	c := p.o.Cluster
+	token := ClusterToken(c.Name, string(c.UID))
+	if seed := p.seed(); seed != SeedName(c.Name, string(c.UID)) {
+		token += "-" + seed
+	}
+	return token
+}
+
+// recreatedSeed is the seed of the cluster that replaces the one seeded by
+// lost, when the user asks for it: derived, so that a repeated sync names
+// the same seed.
+func (p *planner) recreatedSeed(lost string) string {
+	c := p.o.Cluster
+	return SeedName(c.Name, string(c.UID)+"/recreate-empty/"+lost)
+}
+
+// recreateRequested: the cluster ran, and the recreate-empty annotation
+// names its seed member.
+func (p *planner) recreateRequested() bool {
+	v, ok := p.o.Cluster.Annotations[v1beta2.AnnotationRecreateEmpty]
+	return ok && p.rec != nil && p.rec.Bootstrapped && v == p.rec.SeedMember
+}

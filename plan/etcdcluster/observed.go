@@ -1,0 +1,55 @@
+package etcdcluster
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/membership"
+)
+
+// Observed is everything one sync knows.
+type Observed struct {
+	Cluster *v1beta2.EtcdCluster
+	// SpecErrors are the problems with the parent's spec, including a spec
+	// that could not be decoded at all. Any of them freezes the cluster.
+	SpecErrors field.ErrorList
+
+	Pods     map[string]*corev1.Pod
+	Services map[string]*corev1.Service
+	PVCs     map[string]*corev1.PersistentVolumeClaim
+	PDBs     map[string]*policyv1.PodDisruptionBudget
+
+	// Membership is etcd's view, or nil when it could not be read.
+	Membership *membership.Membership
+	// MembershipError says why Membership is nil; it goes into status.
+	MembershipError string
+
+	Finalizing bool
+	Now        time.Time
+	// FreshSuffix names the next member ("<cluster>-<suffix>"). The caller
+	// draws it at random so that no name is ever reused, which keeps a new
+	// member off a removed member's data and DNS history.
+	FreshSuffix string
+
+	// RestoreRequest is the EtcdRestore named after the cluster, if one
+	// exists, and Backups the EtcdBackups of the namespace, by name: the
+	// related objects the customize hook asks for (see restore.go).
+	RestoreRequest *v1beta2.EtcdRestore
+	// RestoreRequestError says why the EtcdRestore did not decode.
+	RestoreRequestError string
+	Backups             map[string]*v1beta2.EtcdBackup
+	// Secrets are the Secrets spec.TLS names, by name, as the customize
+	// hook relates them (see tls.go).
+	Secrets map[string]*corev1.Secret
+	// AgentImage is this project's image, which fetches and checks the
+	// snapshot in a restored cluster's seed.
+	AgentImage string
+
+	// Acted is set when this sync already made its membership change (or
+	// tried to); the plan then proposes none and reports the outcome.
+	Acted *Outcome
+}

@@ -1,0 +1,198 @@
+package etcdcluster
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/membership"
+	"github.com/etcdhook/etcd-hook/plan"
+)
+
+// Decision is the answer to one sync.
+type Decision struct {
+	Children []plan.Child
+	Status   v1beta2.ClusterStatus
+	// Action is the membership change to make before answering, if any.
+	Action *membership.Action
+	// ResyncAfter asks for another sync; zero leaves it to Metacontroller's
+	// periodic resync and to child events.
+	ResyncAfter time.Duration
+	// Finalized is the finalize hook's answer.
+	Finalized bool
+}
+
+// Outcome is what became of the action an earlier plan of this sync chose.
+type Outcome struct {
+	Action membership.Action
+	Err    error
+}
+
+// How soon to look again. Child events (a Pod turning Ready) trigger syncs
+// by themselves; these cover what produces no event, such as a learner
+// catching up or etcd becoming reachable.
+const (
+	resyncAfterAction = 500 * time.Millisecond
+	resyncWaiting     = 2 * time.Second
+	resyncTrouble     = 5 * time.Second
+)
+
+// StartTimeout is how long a new member's Pod may take to start before the
+// member is given up and removed: long enough for a slow image pull.
+const StartTimeout = 5 * time.Minute
+
+type planner struct {
+	o *Observed
+	// observed is the request as it came, before the planner took any
+	// child out of o.
+	observed *Observed
+	spec     v1beta2.ClusterSpec
+	// rec is the bootstrap record this sync writes; see bootstrap.go.
+	rec *v1beta2.BootstrapStatus
+	// restoreStatus and newest are written to status.restore and
+	// status.newestBackup; see restore.go.
+	restoreStatus *v1beta2.ClusterRestoreStatus
+	newest        *v1beta2.KnownBackup
+	// holdEmptySeed keeps a cluster that waits for its data from being
+	// seeded empty meanwhile.
+	holdEmptySeed bool
+	// hash is podSpecHash of spec, once computed; see rollout.go.
+	hash string
+	// serving says, by member name, whether a member Pod carries
+	// LabelServing; a member left out keeps what its Pod has. See
+	// serving.go.
+	serving map[string]bool
+}
+
+// Plan decides one sync. See the package documentation for the protocol.
+func Plan(observed *Observed) (d Decision) {
+	// The planner may take children out of its view (see restore.go); the
+	// caller's observation stays as it was, since it may plan again on it.
+	o := *observed
+	o.Pods, o.PVCs = maps.Clone(o.Pods), maps.Clone(o.PVCs)
+	p := &planner{o: &o, observed: observed, spec: o.Cluster.Spec.WithDefaults(), serving: map[string]bool{}}
+	p.rec = p.bootstrapRecord()
+	p.restoreStatus = p.carriedRestoreStatus()
+	p.newest = p.newestBackup()
+	// The GitOps conditions summarise the status as finally rendered
+	// (restore.go edits it after status()): see health.go. A finalize
+	// answer carries the last status over; kstatus reads Terminating.
+	defer func() {
+		if !o.Finalizing {
+			p.withHealth(&d.Status)
+		}
+	}()
+	switch {
+	case o.Finalizing:
+		return p.finalize()
+	case len(o.SpecErrors) > 0:
+		return p.frozen(ReasonInvalidSpec, "the spec is invalid, so the cluster is left as it is: "+o.SpecErrors.ToAggregate().Error())
+	}
+	if msg := p.tlsChangeRefused(); msg != "" {
+		return p.frozen(ReasonTLSChangeRefused, msg+"; the cluster is left as it is")
+	}
+	if problems := p.tlsSecretProblems(); len(problems) > 0 {
+		return p.frozen(ReasonTLSSecretInvalid, strings.Join(problems, "; ")+"; so the cluster is left as it is")
+	}
+	switch {
+	case p.spec.Paused:
+		return p.frozen(ReasonPaused, "spec.paused is true: children and membership are left as they are")
+	}
+	if p.rec != nil && p.rec.Restore != nil {
+		p.dropSuperseded()
+	}
+	if req := p.restoreRequested(); req != nil {
+		return p.planRestore(req)
+	}
+	d = p.planCurrent()
+	if rs := d.Status.Restore; rs != nil && rs.Phase == v1beta2.RestoreRestoring && (d.ResyncAfter == 0 || d.ResyncAfter > resyncWaiting) {
+		// Completed is seen in the first sync after the cluster matches
+		// its spec; a missed Pod event must not leave that to the
+		// periodic resync.
+		d.ResyncAfter = resyncWaiting
+	}
+	return d
+}
+
+// finalize lets Metacontroller delete every child. Membership is not
+// touched: the whole cluster is going away.
+func (p *planner) finalize() Decision {
+	o := p.o
+	remaining := len(o.Pods) + len(o.Services) + len(o.PVCs) + len(o.PDBs)
+	st := o.Cluster.Status
+	st.ObservedGeneration = o.Cluster.Generation
+	st.Reason = fmt.Sprintf("deleting: %d children left", remaining)
+	d := Decision{Children: []plan.Child{}, Status: st, Finalized: remaining == 0}
+	if !d.Finalized {
+		d.ResyncAfter = resyncWaiting
+	}
+	return d
+}
+
+// frozen keeps every observed child exactly as it was last applied and
+// makes no membership change; status still reports what is observed.
+func (p *planner) frozen(reason, message string) Decision {
+	o := p.o
+	var children []plan.Child
+	for _, pod := range o.Pods {
+		children = append(children, plan.KeepPod(pod))
+	}
+	for _, s := range o.Services {
+		children = append(children, plan.Keep(plan.KindService, s.Name, s.Annotations, func() any { return s }))
+	}
+	for _, c := range o.PVCs {
+		children = append(children, plan.Keep(plan.KindPVC, c.Name, c.Annotations, func() any { return c }))
+	}
+	for _, b := range o.PDBs {
+		children = append(children, plan.Keep(plan.KindPDB, b.Name, b.Annotations, func() any { return b }))
+	}
+	plan.SortChildren(children)
+
+	r := p.observe()
+	r.reason = message
+	r.progressing = conditionFalse(reason, message)
+	if reason == ReasonVersionSkew {
+		r.upgrading = conditionFalse(reason, message)
+	}
+	if reason == ReasonPaused {
+		r.paused = true
+	} else {
+		r.problems = append([]problem{{reason, message}}, r.problems...)
+	}
+	return Decision{Children: children, Status: p.status(r)}
+}
+
+// planCurrent plans the cluster the bootstrap record names.
+func (p *planner) planCurrent() Decision {
+	if p.o.Membership == nil {
+		return p.withoutMembership()
+	}
+	return p.withMembership()
+}
+
+// ExcludedFromMembership names the Pods whose etcd must not be asked for
+// the membership: the seed of a restore still being verified, which runs
+// another etcd cluster than the one being reconciled, and the members of a
+// cluster a restore replaced.
+func ExcludedFromMembership(o *Observed) map[string]bool {
+	p := &planner{o: o, spec: o.Cluster.Spec.WithDefaults()}
+	p.rec = p.bootstrapRecord()
+	out := map[string]bool{}
+	first := SeedName(o.Cluster.Name, string(o.Cluster.UID))
+	for name, pod := range o.Pods {
+		_, restoring := pod.Annotations[AnnotationRestoreRequest]
+		seed := pod.Annotations[AnnotationSeedMember]
+		if seed == "" {
+			seed = first
+		}
+		switch {
+		case restoring && (p.rec == nil || p.rec.SeedMember != name):
+			out[name] = true
+		case p.rec != nil && p.rec.Restore != nil && seed != p.rec.SeedMember:
+			out[name] = true
+		}
+	}
+	return out
+}

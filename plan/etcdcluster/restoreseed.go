@@ -1,0 +1,227 @@
+package etcdcluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcdhook/etcd-hook/agent/report"
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+)
+
+// The seed of a restored cluster restores its data dir before etcd first
+// starts, in two init containers:
+//   - restore-fetch runs this project's image with the storage credentials:
+//     it fetches the snapshot onto the data volume, checks its sha256 and
+//     etcd's own trailer, refuses one from a newer etcd minor, and copies
+//     its own static binary into a scratch volume for the next step;
+//   - restore runs the etcd image of the cluster's version, so that the
+//     data dir is written by that release's own tool (etcdutl, or etcdctl
+//     below 3.5). The image has no shell: our binary, copied over, runs the
+//     tool and moves the result into place.
+//
+// Both do nothing on a data dir that already holds a member, so a Pod that
+// starts again, or a member recreated on its claim, keeps its data.
+const (
+	restoreFetchContainer = "restore-fetch"
+	restoreApplyContainer = "restore"
+
+	restoreToolsVolume  = "restore-tools"
+	restoreToolsDir     = "/restore-tools"
+	restoreAWSVolume    = "restore-aws"
+	restoreAWSDir       = "/etc/etcd-restore/aws"
+	restoreSourceVolume = "restore-source"
+	restoreSourceDir    = "/restore-source"
+	restoreSnapshot     = dataMount + "/restore/snapshot.db"
+	agentBinary         = "/etcd-hook"
+
+	// BumpRevision is added to the snapshot's revision, so that a client
+	// that saw a later revision of the lost cluster (a watcher such as
+	// kube-apiserver) never sees revisions go backwards; the gap is marked
+	// compacted, so such a watcher is told to re-list instead of waiting
+	// for revisions that will never come.
+	BumpRevision = 1_000_000_000
+)
+
+// DefaultAgentImage is used when the hook was not told its own image.
+const DefaultAgentImage = "ghcr.io/etcdhook/etcd-hook:latest"
+
+// restoreSeedPod renders the seed of a cluster restored from src.
+func (p *planner) restoreSeedPod(seed string, req *restoreRequest) *corev1.Pod {
+	c := p.o.Cluster
+	token := ClusterToken(c.Name, string(c.UID))
+	if seed != SeedName(c.Name, string(c.UID)) {
+		token += "-" + seed
+	}
+	in := memberPodInput{
+		cluster: c, spec: p.spec, name: seed,
+		initialCluster: seed + "=" + p.addresses().PeerURL(seed),
+		state:          "new", seed: seed, token: token,
+	}
+	pod := renderMemberPod(in)
+	p.addRestoreSteps(pod, in, req.source, req.id)
+	return pod
+}
+
+// addRestoreSteps adds the init containers and volumes that restore src.
+func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta2.ResolvedSource, request string) {
+	version := strings.TrimPrefix(in.spec.Version, "v")
+	peer := p.addresses().PeerURL(in.name)
+	image := p.o.AgentImage
+	if image == "" {
+		image = DefaultAgentImage
+	}
+	dataMountSpec := corev1.VolumeMount{Name: dataVolume, MountPath: dataMount}
+	toolsMount := corev1.VolumeMount{Name: restoreToolsVolume, MountPath: restoreToolsDir}
+
+	fetchArgs := []string{"restore", "fetch"}
+	fetchMounts := []corev1.VolumeMount{dataMountSpec, toolsMount}
+	volumes := []corev1.Volume{{Name: restoreToolsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	switch {
+	case src.S3 != nil:
+		fetchArgs = append(fetchArgs, "--s3-path="+src.S3.Path, "--aws-dir="+restoreAWSDir)
+		if src.S3.Endpoint != "" {
+			fetchArgs = append(fetchArgs, "--s3-endpoint="+src.S3.Endpoint)
+		}
+		if src.S3.ForcePathStyle {
+			fetchArgs = append(fetchArgs, "--s3-force-path-style")
+		}
+		// Optional, so that a missing Secret is reported by the fetch, in
+		// the Pod's termination message the hook reads, instead of leaving
+		// the Pod stuck before it starts, where the hook sees nothing.
+		optional := true
+		volumes = append(volumes, corev1.Volume{Name: restoreAWSVolume, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: src.S3.AWSSecret, Optional: &optional},
+		}})
+		fetchMounts = append(fetchMounts, corev1.VolumeMount{Name: restoreAWSVolume, MountPath: restoreAWSDir, ReadOnly: true})
+	case src.PVC != nil:
+		fetchArgs = append(fetchArgs, "--file="+restoreSourceDir+"/"+src.PVC.FilePath())
+		volumes = append(volumes, corev1.Volume{Name: restoreSourceVolume, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: src.PVC.ClaimName, ReadOnly: true},
+		}})
+		fetchMounts = append(fetchMounts, corev1.VolumeMount{Name: restoreSourceVolume, MountPath: restoreSourceDir, ReadOnly: true})
+	}
+	if src.SHA256 != "" {
+		fetchArgs = append(fetchArgs, "--sha256="+src.SHA256)
+	}
+	fetchArgs = append(fetchArgs,
+		"--etcd-version="+version,
+		"--data-dir="+dataDir,
+		"--snapshot="+restoreSnapshot,
+		"--tools-dir="+restoreToolsDir,
+		"--result-file="+corev1.TerminationMessagePathDefault,
+	)
+
+	apply := []string{restoreToolsDir + "/etcd-hook", "restore", "apply"}
+	v, _ := parseVersion(version)
+	if v.less(semver{3, 5, 0}) {
+		apply = append(apply, "--etcdctl=/usr/local/bin/etcdctl")
+	} else {
+		apply = append(apply, "--etcdutl=/usr/local/bin/etcdutl")
+	}
+	apply = append(apply,
+		"--snapshot="+restoreSnapshot,
+		"--data-dir="+dataDir,
+		"--name="+in.name,
+		"--initial-cluster="+in.name+"="+peer,
+		"--initial-cluster-token="+in.token,
+		"--initial-advertise-peer-urls="+peer,
+	)
+	// --bump-revision and --mark-compacted came with etcd 3.5.10.
+	if !v.less(semver{3, 5, 10}) {
+		apply = append(apply, fmt.Sprintf("--bump-revision=%d", BumpRevision), "--mark-compacted")
+	}
+	apply = append(apply, "--result-file="+corev1.TerminationMessagePathDefault)
+
+	// The fetch writes into the member's data volume, which belongs to the
+	// user etcd runs as: root in etcd's images, unless the Pod policy sets a
+	// user, which then applies to every container. Our image's own user
+	// (nonroot) could not write to a claim owned by root.
+	var fetchSecurity *corev1.SecurityContext
+	if sc := pod.Spec.SecurityContext; sc == nil || sc.RunAsUser == nil {
+		root := int64(0)
+		fetchSecurity = &corev1.SecurityContext{RunAsUser: &root}
+	}
+	pod.Spec.InitContainers = []corev1.Container{
+		{
+			Name:                     restoreFetchContainer,
+			SecurityContext:          fetchSecurity,
+			Image:                    image,
+			Command:                  []string{agentBinary},
+			Args:                     fetchArgs,
+			VolumeMounts:             fetchMounts,
+			TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		},
+		{
+			Name:                     restoreApplyContainer,
+			Image:                    in.spec.Image(),
+			Command:                  apply,
+			VolumeMounts:             []corev1.VolumeMount{dataMountSpec, toolsMount},
+			TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		},
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, volumes...)
+	pod.Annotations[AnnotationRestoreRequest] = request
+}
+
+type fetchState struct {
+	verified bool
+	// failed is set when the backup cannot be used: retrying cannot help.
+	failed bool
+	// trouble is the latest failure that is retried.
+	trouble string
+	result  report.RestoreResult
+	at      *metav1.Time
+}
+
+func observeFetch(pod *corev1.Pod) fetchState {
+	var st fetchState
+	if pod == nil {
+		return st
+	}
+	for _, cs := range pod.Status.InitContainerStatuses {
+		switch cs.Name {
+		case restoreFetchContainer:
+			for _, t := range []*corev1.ContainerStateTerminated{cs.LastTerminationState.Terminated, cs.State.Terminated} {
+				if t == nil {
+					continue
+				}
+				var res report.RestoreResult
+				_ = json.Unmarshal([]byte(t.Message), &res)
+				switch {
+				case t.ExitCode == 0:
+					st.verified, st.failed, st.trouble = true, false, ""
+					st.result = res
+					at := t.FinishedAt
+					st.at = &at
+				case t.ExitCode == report.ExitBackupUnusable:
+					st.failed, st.result = true, res
+				default:
+					st.trouble = res.Reason
+					if st.trouble == "" {
+						st.trouble = fmt.Sprintf("exit code %d: %s", t.ExitCode, strings.TrimSpace(t.Message))
+					}
+				}
+			}
+		case restoreApplyContainer:
+			if cs.State.Running != nil || cs.State.Terminated != nil || cs.RestartCount > 0 {
+				st.verified, st.failed = true, false
+			}
+		}
+	}
+	if podStarted(pod) {
+		st.verified, st.failed = true, false
+	}
+	if st.failed && st.result.Reason == "" {
+		st.result.Reason = "the fetch found the backup unusable"
+	}
+	return st
+}
+
+// planRestore carries the request one step further; see the top of this
+// file for the steps.
