@@ -16,30 +16,12 @@ import (
 
 	"github.com/etcdhook/etcd-hook/agent/report"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // These tests restore with the real etcdutl (and etcdctl) of each built
 // release, and start that release's etcd on the result: the data dir's
 // layout is etcd's, and only etcd can say it is right.
-
-// toolBinary is bin/<tool>-v<version>, built by mk/etcd.mk. A missing one
-// skips the test on a developer's machine and fails it in CI.
-func toolBinary(t *testing.T, tool, version string) string {
-	t.Helper()
-	root, err := etcdtest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(root, "bin", tool+"-v"+version)
-	if _, err := os.Stat(bin); err != nil {
-		msg := fmt.Sprintf("%s is missing: make -f mk/etcd.mk etcd-bins", bin)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return bin
-}
 
 const restoredKeys = 200
 
@@ -168,7 +150,7 @@ func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 func TestApply(t *testing.T) {
 	for i, version := range etcdtest.BuiltVersions {
 		t.Run(version, func(t *testing.T) {
-			etcdutl := toolBinary(t, "etcdutl", version)
+			etcdutl := testenv.Binary(t, testenv.Etcdutl(version))
 			snapshot, rev := snapshotOf(t, version)
 
 			t.Run("restore, then nothing", func(t *testing.T) {
@@ -284,7 +266,7 @@ func TestApply(t *testing.T) {
 				// restores, so the --etcdctl path runs against a real one.
 				dir := t.TempDir()
 				opts, out := applyOptions(t, "", dir)
-				opts.Etcdctl = toolBinary(t, "etcdctl", version)
+				opts.Etcdctl = testenv.Binary(t, testenv.Etcdctl(version))
 				place(t, snapshot, opts.Snapshot)
 				if res := apply(t, opts, out); !res.Succeeded {
 					t.Fatal(res.Reason)
@@ -301,7 +283,7 @@ func TestApply(t *testing.T) {
 // TestApplyRefuses: a restore that cannot be made fails with a reason and
 // leaves the data dir as it found it, and no restore in progress behind.
 func TestApplyRefuses(t *testing.T) {
-	etcdutl := toolBinary(t, "etcdutl", etcdtest.Version37)
+	etcdutl := testenv.Binary(t, testenv.Etcdutl(etcdtest.Version37))
 	snapshot, _ := snapshotOf(t, etcdtest.Version37)
 	tests := []struct {
 		name       string

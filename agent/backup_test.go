@@ -20,6 +20,7 @@ import (
 	"github.com/etcdhook/etcd-hook/agent/report"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/internal/s3test"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // These tests run the agent against real etcd processes and a real S3
@@ -123,17 +124,7 @@ func (f *fixture) download(t *testing.T, key string) (string, map[string]string)
 
 func etcdutl(t *testing.T, args ...string) string {
 	t.Helper()
-	root, err := etcdtest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(root, "bin", "etcdutl-v"+etcdtest.Version37)
-	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing: make etcd-bins", bin)
-		}
-		t.Skipf("%s is missing: make etcd-bins", bin)
-	}
+	bin := testenv.Binary(t, testenv.Etcdutl(etcdtest.Version37))
 	out, err := exec.Command(bin, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("etcdutl %s: %v\n%s", strings.Join(args, " "), err, out)

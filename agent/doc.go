@@ -9,4 +9,9 @@
 // A run reports its outcome as one JSON document (report.BackupResult, report.RestoreResult),
 // written to the container's termination message, which is how the hook
 // learns it without talking to the store.
+//
+// It imports agent/report (the result contract), etcdclient and
+// internal/pemcert, never a planner (test/layout holds it to that). Its
+// tests run real etcd, S3 and TLS through internal/etcdtest, s3test,
+// tlstest and testenv.
 package agent

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/etcdhook/etcd-hook/hooks"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // Go's fuzzer stalls on inputs of tens of kilobytes, which is what real
@@ -18,8 +19,13 @@ import (
 // are the fixed base, and the fuzzer mutates a small patch: a splice at an
 // offset of a chosen base request, or a replacement parent spec.
 func baseRequests(tb testing.TB) [][]byte {
-	paths, _ := filepath.Glob("../test/fixtures/*.json")
-	captured, _ := filepath.Glob("../../shared/metacontroller/captured/*.request.json")
+	paths, _ := filepath.Glob(filepath.Join(testenv.Path(tb, "test/fixtures"), "*.json"))
+	// The captured requests join the base where they are beside the
+	// repository; the fixtures alone are enough to fuzz.
+	var captured []string
+	if shared, err := testenv.FindSharedDir(); err == nil {
+		captured, _ = filepath.Glob(filepath.Join(shared, "metacontroller", "captured", "*.request.json"))
+	}
 	var out [][]byte
 	for _, p := range append(paths, captured...) {
 		b, err := os.ReadFile(p)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/etcdhook/etcd-hook/etcdclient"
 	"github.com/etcdhook/etcd-hook/hooks"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/membership"
 	"github.com/etcdhook/etcd-hook/reconcile"
 )
@@ -74,7 +75,7 @@ func newReconciler(t *testing.T) *reconcile.Reconciler {
 
 func fixture(t *testing.T, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "test", "fixtures", name))
+	b, err := os.ReadFile(testenv.Path(t, "test/fixtures/"+name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,21 +157,14 @@ func TestGolden(t *testing.T) {
 // TestCapturedRequests decodes and answers every request Metacontroller
 // really sent, straight from the shared recordings.
 func TestCapturedRequests(t *testing.T) {
-	files, err := filepath.Glob("../../shared/metacontroller/captured/*.request.json")
+	// CI always has shared/ beside the clone: there, a missing recording
+	// is a failure, not a reason to test nothing.
+	captured := filepath.Join(testenv.SharedDir(t), "metacontroller", "captured")
+	files, err := filepath.Glob(filepath.Join(captured, "*.request.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) == 0 {
-		files, _ = filepath.Glob("../../../shared/metacontroller/captured/*.request.json")
-	}
-	if len(files) == 0 {
-		// CI always has shared/ beside the clone: there, a missing
-		// recording is a failure, not a reason to test nothing.
-		if os.Getenv("CI") == "true" {
-			t.Fatal("no captured requests in ../shared/metacontroller/captured")
-		}
-		t.Skip("../shared/metacontroller/captured is not beside the repository")
-	}
+	testenv.Require(t, len(files) > 0, "no captured requests in %s", captured)
 	srv := testServer(t)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {

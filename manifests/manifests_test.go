@@ -28,6 +28,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 const (
@@ -40,25 +41,12 @@ const (
 	tlsDir                  = "tls"
 )
 
-// repoRoot is the module root: tests run in their package's directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("repository root %s: %v", root, err)
-	}
-	return root
-}
-
 // controllerGen returns bin/controller-gen, building it with make (the
 // pinned version, from tools/controller-gen) when it is missing, and checks
 // that it is the version tools/controller-gen/go.mod pins.
 func controllerGen(t *testing.T, root string) string {
 	t.Helper()
-	bin := filepath.Join(root, "bin", "controller-gen")
+	bin := testenv.BinaryPath(t, testenv.ControllerGen)
 	if _, err := os.Stat(bin); err != nil {
 		if _, err := exec.LookPath("make"); err != nil {
 			t.Fatalf("%s is missing and make is not installed to build it: %v", bin, err)
@@ -70,7 +58,7 @@ func controllerGen(t *testing.T, root string) string {
 		}
 	}
 
-	pinned := pinnedVersion(t, filepath.Join(root, "tools", "controller-gen", "go.mod"), "sigs.k8s.io/controller-tools")
+	pinned := testenv.PinnedVersion(t, "tools/controller-gen", "sigs.k8s.io/controller-tools")
 	out, err := exec.Command(bin, "--version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s --version: %v\n%s", bin, err, out)
@@ -81,27 +69,10 @@ func controllerGen(t *testing.T, root string) string {
 	return bin
 }
 
-// pinnedVersion finds the version of module in the require lines of a go.mod.
-func pinnedVersion(t *testing.T, gomod, module string) string {
-	t.Helper()
-	b, err := os.ReadFile(gomod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
-		if len(f) >= 2 && f[0] == module {
-			return f[1]
-		}
-	}
-	t.Fatalf("%s does not require %s", gomod, module)
-	return ""
-}
-
 // TestCRDUpToDate regenerates the CRD from api/ and compares it with the
 // checked-in copy: a marker edited without "make manifests" fails here.
 func TestCRDUpToDate(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.ModuleRoot(t)
 	gen := controllerGen(t, root)
 	out := t.TempDir()
 	cmd := exec.Command(gen, "crd", "paths=./api/...", "output:crd:artifacts:config="+out)

@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
-	"os"
 	"os/exec"
 	"path"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -17,6 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // The HTTPS wiring every TLS entry point must render.
@@ -37,9 +37,9 @@ var tlsEntryPoints = []string{"tls", "tls/cert-manager"}
 // same overlays with it afterwards, and fails there without it.
 func kustomize(t *testing.T, dir string) []document {
 	t.Helper()
-	kubectl := filepath.Join(repoRoot(t), "bin", "kubectl")
-	if _, err := os.Stat(kubectl); err != nil {
-		t.Skipf("%s: %v; make kube-bins builds it (test/apiserver checks the overlays too)", kubectl, err)
+	kubectl, err := testenv.LookBinary(testenv.Kubectl)
+	if err != nil {
+		t.Skipf("%v; make kube-bins builds it (test/apiserver checks the overlays too)", err)
 	}
 	out, err := exec.Command(kubectl, "kustomize", dir).Output()
 	if err != nil {

@@ -36,7 +36,7 @@ type EtcdSettings struct {
 	AutoCompactionRetention string `json:"autoCompactionRetention,omitempty"`
 }
 
-// Defaults of EtcdSettings, chosen in the README's "etcd settings".
+// Defaults of EtcdSettings, chosen in docs/etcdcluster.md, "etcd settings".
 const (
 	DefaultQuotaBackendBytes       int64 = 2 << 30
 	DefaultAutoCompactionMode            = "periodic"

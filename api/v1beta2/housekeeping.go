@@ -13,7 +13,7 @@ import (
 //
 // Each step is one sync's action, taken only when every member is ready,
 // answers and has caught up with the leader, and after any scaling,
-// upgrade or rollout: see the README's "Housekeeping (auto-pilot)".
+// upgrade or rollout: see docs/etcdcluster.md, "Housekeeping (auto-pilot)".
 type HousekeepingPolicy struct {
 	// RecoverNoSpace: when etcd raises its NOSPACE alarm (a member's
 	// database reached spec.etcd.quotaBackendBytes, and etcd refuses every

@@ -15,7 +15,8 @@ const KindRestore = "EtcdRestore"
 // and verified.
 //
 // An EtcdRestore is carried out once, identified by its UID; see the
-// README's disaster-recovery runbook for what re-applying one does.
+// disaster-recovery runbook (docs/backup-restore.md) for what re-applying
+// one does.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:path=etcdrestores,singular=etcdrestore,categories=all

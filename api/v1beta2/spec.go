@@ -65,7 +65,7 @@ type ClusterSpec struct {
 	DisasterRecovery *DisasterRecoveryPolicy `json:"disasterRecovery,omitempty"`
 
 	// TLS makes members serve mutual TLS, the CoreOS operator's way: from
-	// Secrets the user issues (see the README for the names certificates
+	// Secrets the user issues (see docs/tls.md for the names certificates
 	// need). It is fixed for the life of a cluster: a running cluster whose
 	// members serve otherwise than this asks is left as it is, with a
 	// condition saying why.

@@ -29,8 +29,8 @@ const (
 	ConditionUpgrading ConditionType = "Upgrading"
 
 	// The kstatus conditions, which Flux, kubectl wait and Argo CD (with
-	// the Lua check in manifests/gitops) read: see the README's "GitOps
-	// health". EtcdBackup and EtcdRestore carry them too. Reconciling and
+	// the Lua check in manifests/gitops) read: see docs/gitops.md ("GitOps
+	// health"). EtcdBackup and EtcdRestore carry them too. Reconciling and
 	// Stalled are abnormal-true, and never both True.
 	//
 	// Ready: the object matches its spec. For a cluster: spec.size members,

@@ -5,4 +5,7 @@
 // rotation: certreload.go), and a graceful shutdown on SIGTERM so that a
 // sync in flight finishes (its membership step included) before the
 // process exits.
+//
+// main may import every package it wires; its tests find their fixtures
+// through internal/testenv.
 package main

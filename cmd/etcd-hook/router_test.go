@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/etcdhook/etcd-hook/hooks"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 	"github.com/etcdhook/etcd-hook/reconcile"
 )
@@ -33,7 +34,7 @@ func TestRoutes(t *testing.T) {
 	srv := httptest.NewServer(newRouter(staticSyncer{}, hooks.BackupConfig{AgentImage: "test"}, m, registry, slog.New(slog.NewTextHandler(io.Discard, nil)), ready))
 	defer srv.Close()
 
-	fixture, err := os.ReadFile("../../test/fixtures/new-cluster.json")
+	fixture, err := os.ReadFile(testenv.Path(t, "test/fixtures/new-cluster.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

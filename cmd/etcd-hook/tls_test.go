@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // testCA is a CA made for one test, which signs the hook's certificates.
@@ -268,7 +270,7 @@ func TestServeTLS(t *testing.T) {
 	tlsAddr := freeAddr(t)
 	plainAddr, stop := startHook(t, "--tls-addr", tlsAddr, "--tls-cert-file", vol.path("tls.crt"), "--tls-key-file", vol.path("tls.key"))
 
-	fixture, err := os.ReadFile("../../test/fixtures/new-cluster.json")
+	fixture, err := os.ReadFile(testenv.Path(t, "test/fixtures/new-cluster.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // Options configures StartCluster.
@@ -74,7 +76,7 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 	}
 	bin := opts.Binary
 	if bin == "" {
-		bin = BinaryPath(t, opts.Version)
+		bin = testenv.Binary(t, testenv.Etcd(opts.Version))
 	}
 	// TempDir before Cleanup: cleanups run last-registered first, so the
 	// processes are gone before their data dirs are removed.

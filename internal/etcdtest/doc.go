@@ -22,9 +22,19 @@
 //	})
 //	c.Kill(0) // and so on; cleanup stops everything at the end of the test
 //
-// Binaries come from "make -f mk/etcd.mk etcd-bins" (BinaryPath skips the
-// test without them, or fails it when CI=true).
+// Binaries come from "make etcd-bins", found by internal/testenv (which
+// skips the test without them, or fails it when CI=true); testenv also
+// supervises each member's process and hands out its loopback ports.
 //
 // Everything here binds to 127.0.0.1 only, every wait is bounded, and only
 // processes started by this package are ever signalled, by their pid.
+//
+// One file per concept: versions.go (the pinned releases), cluster.go
+// (StartCluster), startmember.go (StartMember, a member joining a running
+// cluster), member.go (one member's process), health.go (waiting for
+// /health), cleanup.go (stopping followers before leaders), ports.go (loopback
+// URLs), tls.go, dialer.go.
+//
+// It may import internal/testenv, internal/tlstest and etcdclient (whose
+// dialer its TLS clusters are reached with), and nothing above them.
 package etcdtest

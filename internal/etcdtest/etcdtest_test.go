@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,13 +17,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // versions returns the releases to test against: the built ones always, and
 // Debian's 3.4 only when it is there, since fetching it is best effort.
 func versions(t *testing.T) []string {
 	vs := slices.Clone(etcdtest.BuiltVersions)
-	if _, err := etcdtest.LookBinary(etcdtest.Version34); err == nil {
+	if _, err := testenv.LookBinary(testenv.Etcd(etcdtest.Version34)); err == nil {
 		vs = append([]string{etcdtest.Version34}, vs...)
 	} else {
 		t.Logf("not testing etcd %s: %v", etcdtest.Version34, err)
@@ -56,7 +56,7 @@ func testContext(t *testing.T) context.Context {
 // The binaries are found by version; a drift between the Makefile and these
 // constants would make tests skip (or fail in CI) for a confusing reason.
 func TestVersionsMatchMakefile(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "mk", "etcd.mk"))
+	b, err := os.ReadFile(testenv.Path(t, "mk/etcd.mk"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,62 +3,26 @@ package etcdtest
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
-	"sync"
+	"strings"
 	"testing"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // loopbackHost is the only address anything here binds or dials: test
 // clusters must never be reachable from, or talk to, another machine.
-const loopbackHost = "127.0.0.1"
-
-// handedOut remembers every port given out in this process. The kernel may
-// hand the same just-closed port to two callers in a row; remembering them
-// removes that collision between clusters of one test binary, leaving only
-// the (retried) race with other processes.
-var (
-	portsMu   sync.Mutex
-	handedOut = map[int]bool{}
-)
-
-// maxPortTries bounds the search; hitting it means the loopback port space
-// is exhausted or something is badly wrong, not bad luck.
-const maxPortTries = 100
-
-func freePort() (int, error) {
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	var lastErr error
-	for range maxPortTries {
-		l, err := net.Listen("tcp", net.JoinHostPort(loopbackHost, "0"))
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		if err := l.Close(); err != nil {
-			return 0, fmt.Errorf("etcdtest: close probe listener: %w", err)
-		}
-		if handedOut[port] {
-			continue
-		}
-		handedOut[port] = true
-		return port, nil
-	}
-	if lastErr == nil {
-		return 0, fmt.Errorf("etcdtest: no unused loopback port after %d tries", maxPortTries)
-	}
-	return 0, fmt.Errorf("etcdtest: no free loopback port after %d tries: %w", maxPortTries, lastErr)
-}
+const loopbackHost = testenv.Loopback
 
 func loopbackURL(port int) string {
 	return "http://" + net.JoinHostPort(loopbackHost, strconv.Itoa(port))
 }
 
 func freeURL() (string, error) {
-	p, err := freePort()
+	p, err := testenv.FreePort()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("etcdtest: %w", err)
 	}
 	return loopbackURL(p), nil
 }
@@ -73,4 +37,28 @@ func FreeURL(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// peerURLOf finds name's first peer URL in an --initial-cluster value.
+func peerURLOf(initialCluster, name string) string {
+	for _, kv := range strings.Split(initialCluster, ",") {
+		n, u, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if ok && n == name {
+			return u
+		}
+	}
+	return ""
+}
+
+// checkLoopback refuses caller-supplied URLs that would make etcd listen
+// beyond this machine.
+func checkLoopback(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("etcdtest: parse URL %q: %w", raw, err)
+	}
+	if u.Hostname() != loopbackHost {
+		return fmt.Errorf("etcdtest: URL %q must use host %s", raw, loopbackHost)
+	}
+	return nil
 }

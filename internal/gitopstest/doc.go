@@ -10,5 +10,6 @@
 //     output handling of Argo CD's util/lua.
 //
 // Tests only: it is how the statuses the hook writes are held to what
-// the tools will make of them.
+// the tools will make of them. It imports manifests/gitops (the checks it
+// runs); its tests add api/v1beta2 and internal/testenv.
 package gitopstest

@@ -9,6 +9,7 @@ import (
 	yaml "go.yaml.in/yaml/v2"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/manifests/gitops"
 )
 
@@ -128,18 +129,21 @@ func TestFluxExprsForEveryKind(t *testing.T) {
 	}
 }
 
-// TestREADMEShowsWhatShips: the README's GitOps health section quotes the
-// Argo CD check and the Flux Kustomization as they are in manifests/gitops.
-func TestREADMEShowsWhatShips(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// gitOpsPage is the documentation page on GitOps health.
+const gitOpsPage = "docs/gitops.md"
+
+// TestGitOpsPageShowsWhatShips: the GitOps health page quotes the Argo CD
+// check and the Flux Kustomization as they are in manifests/gitops.
+func TestGitOpsPageShowsWhatShips(t *testing.T) {
+	page, err := os.ReadFile(testenv.Path(t, gitOpsPage))
 	if err != nil {
 		t.Fatal(err)
 	}
 	flux := string(gitops.FluxKustomization)
 	flux = flux[strings.Index(flux, "apiVersion: kustomize"):]
 	for name, text := range map[string]string{"argocd-health.lua": gitops.ArgoCDHealthLua, "flux-kustomization.yaml": flux} {
-		if !strings.Contains(string(readme), "\n"+text+"```\n") {
-			t.Errorf("README.md does not quote manifests/gitops/%s as it is", name)
+		if !strings.Contains(string(page), "\n"+text+"```\n") {
+			t.Errorf("%s does not quote manifests/gitops/%s as it is", gitOpsPage, name)
 		}
 	}
 }

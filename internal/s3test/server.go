@@ -2,19 +2,16 @@ package s3test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
+	"strconv"
 	"testing"
 	"time"
 
-	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // Root credentials of every test server.
@@ -31,33 +28,18 @@ type Server struct {
 	// Dir is the posix backend's root: each bucket is a directory in it.
 	Dir string
 
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *testenv.Process
 }
 
-// Binary returns bin/versitygw. A missing binary skips the test on a
-// developer's machine and fails it in CI, where the Makefile builds it.
-func Binary(t testing.TB) string {
-	t.Helper()
-	root, err := etcdtest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(root, "bin", "versitygw")
-	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
-		msg := "s3test: " + p + " is missing; run \"make bin/versitygw\""
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
-}
+// stopGrace is how long versitygw gets to shut down on SIGTERM.
+const stopGrace = 5 * time.Second
 
-// Start runs a server until the test ends.
+// Start runs a server until the test ends. A missing bin/versitygw skips
+// the test on a developer's machine and fails it in CI, where the Makefile
+// builds it.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin := Binary(t)
+	bin := testenv.Binary(t, testenv.Versitygw)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {
@@ -65,7 +47,7 @@ func Start(t testing.TB) *Server {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+		port, err := testenv.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,33 +63,24 @@ func Start(t testing.TB) *Server {
 }
 
 func start(bin, data, logPath string, port int) (*Server, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	addr := net.JoinHostPort(testenv.Loopback, strconv.Itoa(port))
+	p, err := testenv.Start(testenv.ProcessSpec{
+		Name:    "versitygw",
+		Path:    bin,
+		Args:    []string{"--port", addr, "--quiet", "posix", data},
+		Env:     append(os.Environ(), "ROOT_ACCESS_KEY_ID="+AccessKey, "ROOT_SECRET_ACCESS_KEY="+SecretKey, "VGW_REGION="+Region),
+		LogPath: logPath,
+	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("s3test: %w", err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(bin, "--port", addr, "--quiet", "posix", data)
-	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+AccessKey, "ROOT_SECRET_ACCESS_KEY="+SecretKey, "VGW_REGION="+Region)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = logf.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	s := &Server{URL: "http://" + addr, Dir: data, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		_ = logf.Close()
-		close(s.done)
-	}()
+	s := &Server{URL: "http://" + addr, Dir: data, proc: p}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for ctx.Err() == nil {
-		select {
-		case <-s.done:
-			log, _ := os.ReadFile(logPath)
+		if p.Exited() {
+			log, _ := testenv.ReadLogFrom(logPath, p.LogOffset)
 			return nil, fmt.Errorf("versitygw on %s exited at start:\n%s", addr, log)
-		default:
 		}
 		// Any HTTP answer, even an access error, means it serves.
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL, nil)
@@ -121,20 +94,9 @@ func start(bin, data, logPath string, port int) (*Server, error) {
 	return nil, fmt.Errorf("versitygw on %s did not answer within 20s", addr)
 }
 
-// Stop ends the server: SIGTERM, then SIGKILL after 5 s.
+// Stop ends the server: SIGTERM, then SIGKILL after stopGrace.
 func (s *Server) Stop() {
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
+	_ = s.proc.Stop(stopGrace)
 }
 
 // CreateBucket makes a bucket: with the posix backend, a directory.
@@ -159,13 +121,4 @@ func AWSDir(t testing.TB, accessKey, secretKey string) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

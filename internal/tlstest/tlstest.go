@@ -138,7 +138,7 @@ func newSerial() (*big.Int, error) {
 }
 
 // ClusterNames are the DNS names of an EtcdCluster's members and Services,
-// with and without the cluster domain: what the README tells users to put
+// with and without the cluster domain: what docs/tls.md tells users to put
 // into their certificates.
 func ClusterNames(cluster, namespace, domain string) (peer, server []string) {
 	suffixes := []string{".svc"}

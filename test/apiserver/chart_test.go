@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 const (
@@ -76,9 +78,8 @@ func TestChartAdoptsKustomizeInstall(t *testing.T) {
 // Helm client for it.
 func startChartKube(t *testing.T) (*kube, *helmClient) {
 	t.Helper()
-	root := moduleRoot(t)
-	crds := metacontrollerCRDs(t, root)
-	helm := helmBin(t, root)
+	crds := metacontrollerCRDs(t)
+	helm := helmBin(t)
 	start := time.Now()
 	k := startKube(t)
 	t.Logf("etcd and kube-apiserver ready in %v", time.Since(start).Round(time.Millisecond))
@@ -89,26 +90,16 @@ func startChartKube(t *testing.T) (*kube, *helmClient) {
 
 // helmBin returns bin/helm once it is known to be the release
 // tools/helm/go.mod pins.
-func helmBin(t *testing.T, root string) string {
+func helmBin(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(root, "bin", "helm")
-	requireBinary(t, bin, helmHint)
-	var want string
-	b, err := os.ReadFile(filepath.Join(root, "tools", "helm", "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(b)) {
-		if f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require ")); len(f) >= 2 && f[0] == "helm.sh/helm/v3" {
-			want = f[1]
-		}
-	}
+	bin := testenv.Binary(t, testenv.Helm)
+	want := testenv.PinnedVersion(t, "tools/helm", "helm.sh/helm/v3")
 	out, err := exec.Command(bin, "version", "--template", "{{.Version}}").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s version: %v\n%s", bin, err, out)
 	}
-	if got := strings.TrimSpace(string(out)); want == "" || got != want {
-		t.Fatalf("%s is %s but tools/helm/go.mod pins %q: delete it and run %q", bin, got, want, helmHint)
+	if got := strings.TrimSpace(string(out)); got != want {
+		t.Fatalf("%s is %s but tools/helm/go.mod pins %q: delete it and run %q", bin, got, want, testenv.BuildHint(testenv.Helm))
 	}
 	return bin
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 const (
@@ -38,19 +39,14 @@ const (
 // metacontrollerCRDs is Metacontroller's own CRDs, kept beside this
 // repository (../shared in CI, where the repository is a clone next to it).
 // METACONTROLLER_CRDS overrides the path.
-func metacontrollerCRDs(t *testing.T, root string) string {
+func metacontrollerCRDs(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("METACONTROLLER_CRDS")
 	if p == "" {
-		p = filepath.Join(filepath.Dir(root), "shared", "metacontroller", "metacontroller-crds-v1.yaml")
+		p = filepath.Join(testenv.SharedDir(t), "metacontroller", "metacontroller-crds-v1.yaml")
 	}
-	if _, err := os.Stat(p); err != nil {
-		msg := fmt.Sprintf("Metacontroller's CRDs, which the CompositeController is validated against: %v (set METACONTROLLER_CRDS to their path)", err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	_, err := os.Stat(p)
+	testenv.Require(t, err == nil, "Metacontroller's CRDs, which the CompositeController is validated against: %v (set METACONTROLLER_CRDS to their path)", err)
 	return p
 }
 
@@ -58,7 +54,7 @@ func metacontrollerCRDs(t *testing.T, root string) string {
 // step builds on what the previous ones installed.
 func TestManifests(t *testing.T) {
 	// Checked first: without it the rest would only fail.
-	crds := metacontrollerCRDs(t, moduleRoot(t))
+	crds := metacontrollerCRDs(t)
 	start := time.Now()
 	k := startKube(t)
 	t.Logf("etcd and kube-apiserver ready in %v", time.Since(start).Round(time.Millisecond))
@@ -96,8 +92,9 @@ func noWarnings(t *testing.T, r result) {
 
 // testInstall: Metacontroller's CRDs first, so that the CompositeController
 // is validated against its real schema, then manifests/ with kubectl apply
-// -k, client-side as the README says and server-side, each with strict field
-// validation (a field the schema does not know is an error, not pruned).
+// -k, client-side as the install page says and server-side, each with
+// strict field validation (a field the schema does not know is an error,
+// not pruned).
 func testInstall(t *testing.T, k *kube, crds string) {
 	k.mustKubectl(t, "", "apply", "--server-side", "--validate=strict", "-f", crds)
 	k.mustKubectl(t, "", "wait", "--for=condition=Established", "--timeout=30s", "-f", crds)
@@ -234,8 +231,8 @@ const notChecked = `<nil>: Invalid value: null: some validation rules were not c
 // invalidClusters are EtcdClusters the API server must refuse at admission,
 // with the causes it returns, each as "<field>: <message>" (the Status
 // message is "<Kind>.<group> "<name>" is invalid: " followed by the cause,
-// or by all of them in brackets). The README's "Admission errors" lists each
-// of these messages verbatim.
+// or by all of them in brackets). The troubleshooting page's "Admission
+// errors" lists each of these messages verbatim.
 var invalidClusters = []struct {
 	name    string // the subtest, and metadata.name unless objName is set
 	objName string
@@ -290,10 +287,15 @@ func clusterYAML(name, spec string) string {
 	return fmt.Sprintf("apiVersion: %s\nkind: %s\nmetadata: {name: %q}\nspec: %s\n", v1beta2.APIVersion, v1beta2.Kind, name, spec)
 }
 
+// admissionErrorsPage lists, in its section "Admission errors", every
+// message an invalid EtcdCluster is refused with.
+const admissionErrorsPage = "docs/troubleshooting.md"
+
 // testRejected: every invalid EtcdCluster is refused by the API server
-// (kubectl apply and a plain POST), with the message the README lists.
+// (kubectl apply and a plain POST), with the message the troubleshooting
+// page lists.
 func testRejected(t *testing.T, k *kube) {
-	readme, err := os.ReadFile(filepath.Join(k.root, "README.md"))
+	page, err := os.ReadFile(filepath.Join(k.root, filepath.FromSlash(admissionErrorsPage)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,8 +334,8 @@ func testRejected(t *testing.T, k *kube) {
 			}
 
 			for _, want := range c.want {
-				if !strings.Contains(string(readme), "`"+want+"`") {
-					t.Errorf("README.md does not list the admission error `%s` (section \"Admission errors\")", want)
+				if !strings.Contains(string(page), "`"+want+"`") {
+					t.Errorf("%s does not list the admission error `%s` (section \"Admission errors\")", admissionErrorsPage, want)
 				}
 			}
 		})
@@ -375,8 +377,8 @@ func unmarshal(t *testing.T, s string, v any) {
 // not pass unnoticed.
 var unknownFieldCluster = clusterYAML("typo", `{size: 3, pause: true}`)
 
-// The messages for an unknown field, by validation mode. The README lists
-// each of them.
+// The messages for an unknown field, by validation mode. The
+// troubleshooting page lists each of them.
 const (
 	unknownStrictClientSide = `strict decoding error: unknown field "spec.pause"`
 	unknownStrictServerSide = `.spec.pause: field not declared in schema`
@@ -390,13 +392,13 @@ const (
 // server's default for requests that do not say) or silent (Ignore).
 // Server-side apply refuses it in every mode.
 func testUnknownFields(t *testing.T, k *kube) {
-	readme, err := os.ReadFile(filepath.Join(k.root, "README.md"))
+	page, err := os.ReadFile(filepath.Join(k.root, filepath.FromSlash(admissionErrorsPage)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, msg := range []string{unknownStrictClientSide, unknownStrictServerSide, unknownWarning} {
-		if !strings.Contains(string(readme), "`"+msg+"`") {
-			t.Errorf("README.md does not list the admission error `%s` (section \"Admission errors\")", msg)
+		if !strings.Contains(string(page), "`"+msg+"`") {
+			t.Errorf("%s does not list the admission error `%s` (section \"Admission errors\")", admissionErrorsPage, msg)
 		}
 	}
 

@@ -19,11 +19,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 const (
@@ -60,62 +60,6 @@ type kube struct {
 	logPath    string
 }
 
-// moduleRoot walks up from the package directory to the root go.mod.
-func moduleRoot(t testing.TB) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for dir := wd; ; {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			bytes.HasPrefix(bytes.TrimSpace(b), []byte("module github.com/etcdhook/etcd-hook\n")) {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatalf("no go.mod of github.com/etcdhook/etcd-hook above %s", wd)
-		}
-		dir = parent
-	}
-}
-
-// requireBinary skips the test when bin is not an executable file, or
-// fails it with CI=true, where make must have built it first.
-func requireBinary(t testing.TB, bin, hint string) {
-	t.Helper()
-	st, err := os.Stat(bin)
-	if err == nil && (st.IsDir() || st.Mode()&0o111 == 0) {
-		err = errors.New("not an executable file")
-	}
-	if err == nil {
-		return
-	}
-	msg := fmt.Sprintf("%s: %v; run %q from the repository root", bin, err, hint)
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg + " (CI=true: a missing binary is an error, not a skip)")
-	}
-	t.Skip(msg)
-}
-
-// pinnedKubeVersion is the k8s.io/kubernetes release tools/kube/go.mod pins.
-func pinnedKubeVersion(t testing.TB, root string) string {
-	t.Helper()
-	gomod := filepath.Join(root, "tools", "kube", "go.mod")
-	b, err := os.ReadFile(gomod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
-		if len(f) >= 2 && f[0] == "k8s.io/kubernetes" {
-			return f[1]
-		}
-	}
-	t.Fatalf("%s does not require k8s.io/kubernetes", gomod)
-	return ""
-}
-
 // checkVersion fails when bin does not report the pinned release: a
 // binary left over from before a bump of tools/kube/go.mod.
 func checkVersion(t testing.TB, bin, want string, args ...string) {
@@ -134,13 +78,10 @@ func checkVersion(t testing.TB, bin, want string, args ...string) {
 // cleanup that stops them (API server first), by pid.
 func startKube(t *testing.T) *kube {
 	t.Helper()
-	root := moduleRoot(t)
-	bin := filepath.Join(root, "bin")
-	apiserverBin := filepath.Join(bin, "kube-apiserver")
-	kubectlBin := filepath.Join(bin, "kubectl")
-	requireBinary(t, apiserverBin, buildHint)
-	requireBinary(t, kubectlBin, buildHint)
-	version := pinnedKubeVersion(t, root)
+	root := testenv.ModuleRoot(t)
+	apiserverBin := testenv.Binary(t, testenv.KubeAPIServer)
+	kubectlBin := testenv.Binary(t, testenv.Kubectl)
+	version := testenv.PinnedVersion(t, "tools/kube", "k8s.io/kubernetes")
 	checkVersion(t, apiserverBin, version, "--version")
 	checkVersion(t, kubectlBin, version, "version", "--client", "-o", "yaml")
 
@@ -178,9 +119,11 @@ func startKube(t *testing.T) *kube {
 	})), 0o600)
 
 	certDir := filepath.Join(dir, "certs")
-	var proc *exec.Cmd
 	for attempt := 1; ; attempt++ {
-		port := freePort(t)
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
 		k.url = "https://" + net.JoinHostPort(loopback, strconv.Itoa(port))
 		k.logPath = filepath.Join(dir, fmt.Sprintf("kube-apiserver-%d.log", attempt))
 		args := []string{
@@ -202,13 +145,12 @@ func startKube(t *testing.T) *kube {
 			"--endpoint-reconciler-type=none",
 			"--profiling=false",
 		}
-		var exited chan error
-		proc, exited = startProcess(t, apiserverBin, args, k.logPath)
-		err := k.waitReady(certDir, exited)
+		proc := startProcess(t, apiserverBin, args, k.logPath)
+		err = k.waitReady(certDir, proc)
 		if err == nil {
 			break
 		}
-		stopProcess(t, proc, exited)
+		stopProcess(t, proc)
 		log := logTail(k.logPath)
 		if attempt < startAttempts && strings.Contains(log, "address already in use") {
 			t.Logf("kube-apiserver lost a port race, retrying on another port: %v", err)
@@ -223,13 +165,13 @@ func startKube(t *testing.T) *kube {
 // waitReady polls /readyz until it answers 200, the process exits, or
 // readyTimeout passes. It also builds k.client once the serving
 // certificate exists.
-func (k *kube) waitReady(certDir string, exited <-chan error) error {
+func (k *kube) waitReady(certDir string, proc *testenv.Process) error {
 	deadline := time.Now().Add(readyTimeout)
 	var last error
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-exited:
-			return fmt.Errorf("exited before it was ready: %v", err)
+		case <-proc.Done():
+			return fmt.Errorf("exited before it was ready: %v", proc.WaitErr())
 		case <-time.After(250 * time.Millisecond):
 		}
 		if k.client == nil {
@@ -383,87 +325,44 @@ func (k *kube) mustKubectl(t testing.TB, stdin string, args ...string) result {
 	return r
 }
 
-// startProcess starts bin with its output in logPath; the channel receives
-// Wait's result when the process ends. A cleanup stops it, by its pid.
-func startProcess(t testing.TB, bin string, args []string, logPath string) (*exec.Cmd, chan error) {
+// startProcess starts bin with its output in logPath. A cleanup stops it,
+// by its pid, and shows its log tail if the test failed.
+func startProcess(t testing.TB, bin string, args []string, logPath string) *testenv.Process {
 	t.Helper()
-	logFile, err := os.Create(logPath)
+	p, err := testenv.Start(testenv.ProcessSpec{
+		Path:    bin,
+		Args:    args,
+		Env:     []string{"PATH=" + os.Getenv("PATH"), "NO_PROXY=127.0.0.1", "no_proxy=127.0.0.1"},
+		LogPath: logPath,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "NO_PROXY=127.0.0.1", "no_proxy=127.0.0.1"}
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	exited := make(chan error, 1)
-	go func() {
-		exited <- cmd.Wait()
-		logFile.Close()
-		close(exited)
-	}()
 	t.Cleanup(func() {
-		stopProcess(t, cmd, exited)
+		stopProcess(t, p)
 		if t.Failed() {
-			t.Logf("--- %s log tail (%s):\n%s", filepath.Base(bin), logPath, logTail(logPath))
+			t.Logf("--- %s log tail (%s):\n%s", p.Name, logPath, logTail(logPath))
 		}
 	})
-	return cmd, exited
+	return p
 }
 
-// stopProcess sends SIGTERM to the process (by its pid), then SIGKILL if it
-// has not exited within stopTimeout. Safe to call more than once.
-func stopProcess(t testing.TB, cmd *exec.Cmd, exited chan error) {
+// stopProcess sends SIGTERM, then SIGKILL to the process group if it has
+// not exited within stopTimeout. Safe to call more than once.
+func stopProcess(t testing.TB, p *testenv.Process) {
 	t.Helper()
-	select {
-	case <-exited:
-		return // already gone (and reaped)
-	default:
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Errorf("SIGTERM pid %d: %v", cmd.Process.Pid, err)
-	}
-	select {
-	case <-exited:
-		return
-	case <-time.After(stopTimeout):
-	}
-	t.Logf("pid %d did not stop within %v of SIGTERM; sending SIGKILL", cmd.Process.Pid, stopTimeout)
-	if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Errorf("SIGKILL pid %d: %v", cmd.Process.Pid, err)
-	}
-	select {
-	case <-exited:
-	case <-time.After(stopTimeout):
-		t.Errorf("pid %d still running %v after SIGKILL", cmd.Process.Pid, stopTimeout)
+	if err := p.Stop(stopTimeout); err != nil {
+		t.Error(err)
 	}
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(loopback, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// logTail returns the last lines of a log file.
+// logTail returns the last lines of a log file, or why it could not.
 func logTail(path string) string {
-	b, err := os.ReadFile(path)
+	s, err := testenv.TailFile(path, 60)
 	if err != nil {
 		return fmt.Sprintf("(%v)", err)
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 60 {
-		lines = lines[len(lines)-60:]
-	}
-	return strings.Join(lines, "\n")
+	return s
 }
 
 func writeFile(t testing.TB, path, content string, mode os.FileMode) {

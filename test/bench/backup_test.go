@@ -21,6 +21,7 @@ import (
 	"github.com/etcdhook/etcd-hook/agent/report"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/internal/s3test"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // TestBackupCostReport prints the backup table of BENCHMARKS.md: the
@@ -34,16 +35,14 @@ func TestBackupCostReport(t *testing.T) {
 	if os.Getenv("BENCH_REPORT") == "" {
 		t.Skip("set BENCH_REPORT=1 (make bench) to measure")
 	}
-	root, err := etcdtest.ModuleRoot()
+	// A report run must measure, never skip: a missing binary fails it.
+	hookBin, err := testenv.LookBinary(testenv.Hook)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v (make build etcd-bins)", err)
 	}
-	hookBin := filepath.Join(root, "bin", "etcd-hook")
-	etcdctl := filepath.Join(root, "bin", "etcdctl-v"+etcdtest.Version36)
-	for _, bin := range []string{hookBin, etcdctl} {
-		if _, err := os.Stat(bin); err != nil {
-			t.Fatalf("%s: %v (make build etcd-bins)", bin, err)
-		}
+	etcdctl, err := testenv.LookBinary(testenv.Etcdctl(etcdtest.Version36))
+	if err != nil {
+		t.Fatalf("%v (make build etcd-bins)", err)
 	}
 	runs := envInt("BENCH_BACKUP_RUNS", 3)
 	sizes := []int64{64 << 20, 256 << 20}

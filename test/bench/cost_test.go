@@ -48,8 +48,8 @@ func TestHookCostReport(t *testing.T) {
 	// range.
 	dialSamples := max(20, samples/10)
 	cost := []string{
-		"| members | etcd | request | hook p50 | floor p50 | ratio | hook p99 | floor p99 | ratio | hook syncs/s | floor /s | ratio | hook allocs | floor allocs | ratio | etcd read p50 |",
-		"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+		"| members | etcd | request | hook p50 | floor p50 | ratio | etcd read p50 | × (floor + read) | hook's own above floor + read | hook p99 | floor p99 | ratio | hook syncs/s | floor /s | ratio | hook allocs | floor allocs | ratio |",
+		"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
 	}
 	dials := []string{
 		"| members | etcd | steady sync p50 | sync on new connections p50 | added | steady etcd read p50 | read on new connections p50 | added | hook allocs, new connections / steady |",
@@ -64,12 +64,17 @@ func TestHookCostReport(t *testing.T) {
 				hook, echo, read := r.latencies(t, samples)
 				hookRate, echoRate := r.throughput(t, "/sync", window), r.throughput(t, "/echo", window)
 				hookAllocs, echoAllocs := r.allocs(t, "/sync", 200), r.allocs(t, "/echo", 200)
-				cost = append(cost, fmt.Sprintf("| %d | %s | %d KiB | %s | %s | %.2f | %s | %s | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f | %s |",
+				// The target is stated against floor + read: the hook cannot
+				// answer sooner than the floor's work plus one etcd round
+				// trip, so what it takes above that is its own.
+				floorRead := pct(echo, 50) + pct(read, 50)
+				cost = append(cost, fmt.Sprintf("| %d | %s | %d KiB | %s | %s | %.2f | %s | %.2f | %s | %s | %s | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f |",
 					n, r.kind(), len(r.request)/1024,
 					us(pct(hook, 50)), us(pct(echo, 50)), ratio(pct(hook, 50), pct(echo, 50)),
+					us(pct(read, 50)), ratio(pct(hook, 50), floorRead), us(pct(hook, 50)-floorRead),
 					us(pct(hook, 99)), us(pct(echo, 99)), ratio(pct(hook, 99), pct(echo, 99)),
 					hookRate, echoRate, hookRate/echoRate,
-					hookAllocs, echoAllocs, hookAllocs/echoAllocs, us(pct(read, 50))))
+					hookAllocs, echoAllocs, hookAllocs/echoAllocs))
 				// Last: it replaces the rig's connections.
 				d := r.dials(t, dialSamples)
 				dials = append(dials, fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s | %s | %.0f / %.0f |",

@@ -16,4 +16,8 @@
 // with each), is timed against a steady one in the same run (dials_test.go).
 // The scale report runs a second hook process whose fleet has TLS clusters
 // among the plain ones, served by etcdSim over TLS.
+//
+// It imports the packages it measures (hooks, reconcile, the planners,
+// etcdclient, agent) and the test helpers (internal/testenv, etcdtest,
+// s3test, tlstest, test/e2e/harness).
 package bench

@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/hooks"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/plan"
 )
 
@@ -17,7 +18,11 @@ import (
 // Steady-state requests are built from it so that they weigh what real
 // ones weigh.
 func capturedPod() (map[string]any, error) {
-	b, err := os.ReadFile(filepath.Join(moduleRoot(), "test", "fixtures", "three-pending-pods.json"))
+	root, err := testenv.FindModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "test", "fixtures", "three-pending-pods.json"))
 	if err != nil {
 		return nil, err
 	}
@@ -31,17 +36,6 @@ func capturedPod() (map[string]any, error) {
 		return pod, nil
 	}
 	return nil, fmt.Errorf("no Pod in the captured request")
-}
-
-func moduleRoot() string {
-	dir, _ := os.Getwd()
-	for range 10 {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		dir = filepath.Dir(dir)
-	}
-	return "."
 }
 
 // clusterRequest is the sync request of a converged cluster of the given

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/plan"
 
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
@@ -88,12 +89,9 @@ func TestScaleReport(t *testing.T) {
 // writeFromModuleRoot writes a file whose relative path is taken from the
 // module root, as make passes it: go test runs in the package directory.
 func writeFromModuleRoot(path, content string) error {
-	if !filepath.IsAbs(path) {
-		root, err := harness.ModuleRoot()
-		if err != nil {
-			return err
-		}
-		path = filepath.Join(root, path)
+	path, err := testenv.FromModuleRoot(path)
+	if err != nil {
+		return err
 	}
 	return os.WriteFile(path, []byte(content), 0o644)
 }
@@ -108,12 +106,7 @@ type scaleRun struct {
 }
 
 func startScaleRun(t *testing.T, fleet []fleetCluster) *scaleRun {
-	binDir, err := harness.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(binDir, "etcd-hook")
-	harness.RequireBinary(t, bin, "make build")
+	bin := testenv.Binary(t, testenv.Hook)
 
 	simListener, err := listenLoopback(plan.ClientPort)
 	if err != nil {

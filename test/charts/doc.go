@@ -13,6 +13,10 @@
 // CI=true, where a missing binary fails them. The chart's install on a
 // real API server is in test/apiserver (chart_test.go).
 //
+// The tests import internal/testenv (bin/helm, bin/kubectl, the module
+// root, the CI-or-skip rule) and nothing else of this module: the chart is
+// checked as Helm and kubectl see it.
+//
 // Nothing but tests lives here; this file exists so that the package has a
 // name outside its tests.
 package charts

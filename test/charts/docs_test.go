@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	yaml "go.yaml.in/yaml/v2"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 var (
@@ -28,7 +30,7 @@ var (
 // values.yaml (JSON), and no row for anything else; and the schema knows
 // each documented value.
 func TestValuesDocumented(t *testing.T) {
-	root := moduleRoot(t)
+	root := testenv.ModuleRoot(t)
 	valuesFile := filepath.Join(root, chartDir, "values.yaml")
 	raw, err := os.ReadFile(valuesFile)
 	if err != nil {

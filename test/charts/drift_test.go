@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // TestDefaultValuesRenderManifests: the chart with its default values (and
@@ -63,7 +65,7 @@ func TestTLSValuesRenderTLSOverlays(t *testing.T) {
 // crds holds copies of manifests/crd, which controller-gen writes. They
 // must stay byte for byte the same ("make chart-crds" copies them).
 func TestCRDCopies(t *testing.T) {
-	root := moduleRoot(t)
+	root := testenv.ModuleRoot(t)
 	compareDirs(t, filepath.Join(root, "manifests", "crd"), filepath.Join(root, chartDir, "crds"), "make chart-crds")
 }
 

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 const monitoringDir = "manifests/monitoring"
@@ -19,7 +21,7 @@ var monitoringAPI = []string{"--api-versions", "monitoring.coreos.com/v1"}
 // which must stay byte for byte the same ("make chart-monitoring" copies
 // them).
 func TestMonitoringCopies(t *testing.T) {
-	root := moduleRoot(t)
+	root := testenv.ModuleRoot(t)
 	source := filepath.Join(root, monitoringDir)
 	if _, err := os.Stat(source); err != nil {
 		t.Fatalf("%s: %v", source, err)

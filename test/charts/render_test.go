@@ -13,9 +13,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	yaml "go.yaml.in/yaml/v2"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 const (
@@ -23,70 +23,20 @@ const (
 	// The release name the tests render with; the chart's object names do
 	// not depend on it.
 	releaseName = "etcd-hook"
-
-	helmHint = "make bin/helm"
-	kubeHint = "make kube-bins"
 )
-
-// moduleRoot is the repository root, where bin/ and charts/ are.
-func moduleRoot(t testing.TB) string {
-	t.Helper()
-	root, err := etcdtest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
-// requireBinary skips the test when bin is not an executable file, or
-// fails it with CI=true, where make must have built it first.
-func requireBinary(t testing.TB, bin, hint string) {
-	t.Helper()
-	st, err := os.Stat(bin)
-	if err == nil && (st.IsDir() || st.Mode()&0o111 == 0) {
-		err = errors.New("not an executable file")
-	}
-	if err == nil {
-		return
-	}
-	msg := fmt.Sprintf("%s: %v; run %q from the repository root", bin, err, hint)
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg + " (CI=true: a missing binary is an error, not a skip)")
-	}
-	t.Skip(msg)
-}
-
-// pinnedVersion finds the version of module in the require lines of a go.mod.
-func pinnedVersion(t testing.TB, gomod, module string) string {
-	t.Helper()
-	b, err := os.ReadFile(gomod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
-		if len(f) >= 2 && f[0] == module {
-			return f[1]
-		}
-	}
-	t.Fatalf("%s does not require %s", gomod, module)
-	return ""
-}
 
 // helmBin returns bin/helm once it is known to be the release
 // tools/helm/go.mod pins.
 func helmBin(t testing.TB) string {
 	t.Helper()
-	root := moduleRoot(t)
-	bin := filepath.Join(root, "bin", "helm")
-	requireBinary(t, bin, helmHint)
-	want := pinnedVersion(t, filepath.Join(root, "tools", "helm", "go.mod"), "helm.sh/helm/v3")
+	bin := testenv.Binary(t, testenv.Helm)
+	want := testenv.PinnedVersion(t, "tools/helm", "helm.sh/helm/v3")
 	out, err := exec.Command(bin, "version", "--template", "{{.Version}}").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s version: %v\n%s", bin, err, out)
 	}
 	if got := strings.TrimSpace(string(out)); got != want {
-		t.Fatalf("%s is %s but tools/helm/go.mod pins %s: delete it and run %q", bin, got, want, helmHint)
+		t.Fatalf("%s is %s but tools/helm/go.mod pins %s: delete it and run %q", bin, got, want, testenv.BuildHint(testenv.Helm))
 	}
 	return bin
 }
@@ -96,7 +46,7 @@ func helmBin(t testing.TB) string {
 func run(t testing.TB, bin string, args ...string) (stdout []byte, err error) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Dir = moduleRoot(t)
+	cmd.Dir = testenv.ModuleRoot(t)
 	home := t.TempDir()
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"),
@@ -140,8 +90,7 @@ func helmTemplateErr(t testing.TB, args ...string) (objects, error) {
 // kustomize renders a kustomization directory with bin/kubectl.
 func kustomize(t testing.TB, dir string) objects {
 	t.Helper()
-	bin := filepath.Join(moduleRoot(t), "bin", "kubectl")
-	requireBinary(t, bin, kubeHint)
+	bin := testenv.Binary(t, testenv.Kubectl)
 	out, err := run(t, bin, "kustomize", dir)
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/internal/s3test"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
@@ -267,11 +268,7 @@ func (b *backupScenario) checkRestore(st BackupStatus) {
 		t.Fatal(err)
 	}
 	_ = out.Close()
-	root, err := etcdtest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcdutl := filepath.Join(root, "bin", "etcdutl-v"+faultVersion)
+	etcdutl := testenv.Binary(t, testenv.Etcdutl(faultVersion))
 	if msg, err := exec.Command(etcdutl, "snapshot", "status", file, "-w", "json").CombinedOutput(); err != nil {
 		t.Fatalf("etcdutl snapshot status: %v\n%s", err, msg)
 	}
@@ -318,11 +315,7 @@ func (b *backupScenario) checkVolumeBackup() {
 	if err != nil || fi.Size() != st.LastBackup.Size || st.LastBackup.Location != "pvc://backups/demo/etcd.backup" {
 		t.Fatalf("backup file %s: %v (size %d); status %+v", file, err, fi.Size(), st.LastBackup)
 	}
-	root, err := etcdtest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if msg, err := exec.Command(filepath.Join(root, "bin", "etcdutl-v"+faultVersion), "snapshot", "status", file).CombinedOutput(); err != nil {
+	if msg, err := exec.Command(testenv.Binary(t, testenv.Etcdutl(faultVersion)), "snapshot", "status", file).CombinedOutput(); err != nil {
 		t.Fatalf("etcdutl snapshot status %s: %v\n%s", file, err, msg)
 	}
 	t.Logf("volume backup: %s, %d bytes at revision %d", st.LastBackup.Location, st.LastBackup.Size, st.EtcdRevision)

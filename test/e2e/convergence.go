@@ -7,13 +7,13 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
@@ -137,20 +137,7 @@ var reportMu sync.Mutex
 // reportPath resolves ETCDHOOK_E2E_REPORT; a relative path is taken from
 // the module root, because go test runs in the package directory while
 // people run make from the root.
-func reportPath() (string, error) { return fromModuleRoot(os.Getenv(reportEnv)) }
-
-// fromModuleRoot resolves a relative path from the module root; empty stays
-// empty (no file asked for).
-func fromModuleRoot(p string) (string, error) {
-	if p == "" || filepath.IsAbs(p) {
-		return p, nil
-	}
-	root, err := harness.ModuleRoot()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(root, p), nil
-}
+func reportPath() (string, error) { return testenv.FromModuleRoot(os.Getenv(reportEnv)) }
 
 // StartReport truncates the report file and writes the header.
 func StartReport() error {

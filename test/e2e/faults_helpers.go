@@ -17,6 +17,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // Failure is one fault's line in the failure table, the reliability
@@ -60,7 +62,7 @@ const failureReportEnv = "ETCDHOOK_E2E_FAILURE_REPORT"
 
 func failureReportPath() (string, error) {
 	if p := os.Getenv(failureReportEnv); p != "" {
-		return fromModuleRoot(p)
+		return testenv.FromModuleRoot(p)
 	}
 	p, err := reportPath()
 	if err != nil || p == "" {

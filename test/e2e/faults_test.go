@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
@@ -34,11 +35,7 @@ const (
 
 func newFaultScenario(t *testing.T, opts harness.Options) *scenario {
 	t.Helper()
-	bin, err := harness.EtcdBinary(faultVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
-	harness.RequireBinary(t, bin, "make etcd-bins")
+	testenv.Binary(t, testenv.Etcd(faultVersion))
 	env := harness.New(t, opts)
 	return &scenario{t: t, env: env, c: &Cluster{Env: env, Namespace: ns, Name: exampleName}}
 }
@@ -794,7 +791,7 @@ func (s *scenario) checkRestartedFromData(fault, member string) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	runs := strings.Split(data, "=== harness: ")
+	runs := strings.Split(data, testenv.LogMarker)
 	if last := runs[len(runs)-1]; !strings.Contains(last, "restarting local member") {
 		s.t.Errorf("%s: the etcd of %s did not restart from its data; its last run:\n%s", fault, member, tail(last, 2000))
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/internal/tlstest"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
@@ -28,11 +29,7 @@ import (
 func TestEveryLineTakesTheRenderedCommand(t *testing.T) {
 	lines := []string{etcdtest.Version35, etcdtest.Version36, etcdtest.Version37}
 	for _, v := range lines {
-		bin, err := harness.EtcdBinary(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		harness.RequireBinary(t, bin, "make etcd-bins")
+		testenv.Binary(t, testenv.Etcd(v))
 	}
 	env := harness.New(t, harness.Options{ClusterCustomize: true})
 	ca, err := tlstest.NewCA("flags ca")

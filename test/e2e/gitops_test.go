@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/etcdhook/etcd-hook/internal/gitopstest"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
@@ -90,7 +91,7 @@ func (s *scenario) checkHealth(point string, timeout time.Duration, want gitopst
 }
 
 func saveStatus(r RecordedStatus) error {
-	dir, err := fromModuleRoot(statusesDir)
+	dir, err := testenv.FromModuleRoot(statusesDir)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/internal/s3test"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
@@ -34,11 +35,11 @@ func TestRestoreBenchReport(t *testing.T) {
 		t.Skip("set BENCH_REPORT=1 (make bench) to measure")
 	}
 	const dbSize = 256 << 20
-	root, err := etcdtest.ModuleRoot()
+	// A report run must measure, never skip: a missing binary fails it.
+	etcdutl, err := testenv.LookBinary(testenv.Etcdutl(etcdtest.Version36))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v (%s)", err, testenv.BuildHint(testenv.Etcdutl(etcdtest.Version36)))
 	}
-	etcdutl := filepath.Join(root, "bin", "etcdutl-v"+etcdtest.Version36)
 
 	// The database: 1 MiB values into a member of its own, snapshotted the
 	// way an EtcdBackup does, and stored in S3.
@@ -172,7 +173,7 @@ func TestRestoreBenchReport(t *testing.T) {
 	floor := download + restore + starts
 	r := float64(wall) / float64(floor)
 	line := fmt.Sprintf("| %d MiB | %s | %s | %s | %s | %s (%d) | %.2f |", size>>20, round(wall), round(floor), round(download), round(restore), round(starts), n, r)
-	appendTableLine(t, "restore", RestoreHeader, line, func() (string, error) { return fromModuleRoot(os.Getenv("BENCH_RESTORE_FILE")) })
+	appendTableLine(t, "restore", RestoreHeader, line, func() (string, error) { return testenv.FromModuleRoot(os.Getenv("BENCH_RESTORE_FILE")) })
 	if n != 3 {
 		t.Errorf("the floor counts %d member starts, want the 3 members of the restored cluster", n)
 	}

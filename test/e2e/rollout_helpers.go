@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
@@ -472,7 +473,7 @@ const rolloutReportEnv = "BENCH_ROLLOUT_FILE"
 func reportRollout(t testing.TB, f RolloutFigure) {
 	t.Helper()
 	appendTableLine(t, "rollouts", RolloutHeader, f.Line(), func() (string, error) {
-		p, err := fromModuleRoot(os.Getenv(rolloutReportEnv))
+		p, err := testenv.FromModuleRoot(os.Getenv(rolloutReportEnv))
 		if err != nil || p == "" {
 			return p, err
 		}

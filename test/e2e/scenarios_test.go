@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
@@ -47,11 +48,7 @@ type scenario struct {
 
 func newScenario(t *testing.T, version string) *scenario {
 	t.Helper()
-	bin, err := harness.EtcdBinary(version)
-	if err != nil {
-		t.Fatal(err)
-	}
-	harness.RequireBinary(t, bin, "make etcd-bins")
+	testenv.Binary(t, testenv.Etcd(version))
 	env := harness.New(t, harness.Options{})
 	return &scenario{t: t, env: env, c: &Cluster{Env: env, Namespace: ns, Name: exampleName}}
 }
@@ -365,7 +362,7 @@ func TestKilledMemberRestartsWithoutMembershipChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := strings.Split(string(log), "=== harness: ")
+	runs := strings.Split(string(log), testenv.LogMarker)
 	if last := runs[len(runs)-1]; !strings.Contains(last, "restarting local member") {
 		t.Errorf("the restarted etcd of %s did not restart from its data; its log:\n%s", victim, tail(last, 2000))
 	}

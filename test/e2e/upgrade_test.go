@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
-	"github.com/etcdhook/etcd-hook/test/e2e/harness"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // The version scenarios run the newest pair of pinned lines, 3.6 → 3.7
@@ -36,11 +36,7 @@ const (
 func upgradeScenario(t *testing.T, versions ...string) *scenario {
 	t.Helper()
 	for _, v := range versions[1:] {
-		bin, err := harness.EtcdBinary(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		harness.RequireBinary(t, bin, "make etcd-bins")
+		testenv.Binary(t, testenv.Etcd(v))
 	}
 	return newScenario(t, versions[0])
 }

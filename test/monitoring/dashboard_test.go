@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	yaml "go.yaml.in/yaml/v2"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 const (
@@ -64,7 +66,7 @@ const templateDatasource = `{"type":"prometheus","uid":"${datasource}"}`
 
 func readDashboard(t *testing.T) ([]byte, dashboard) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(moduleRoot(t), dashboardFile))
+	raw, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), dashboardFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +285,7 @@ func TestDashboardConfigMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(moduleRoot(t), dashboardConfigMapFile)
+	path := filepath.Join(testenv.ModuleRoot(t), dashboardConfigMapFile)
 	if *update {
 		if err := os.WriteFile(path, want, 0o644); err != nil {
 			t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/rules.yaml from the PrometheusRule and the dashboard's ConfigMap from dashboard.json")
@@ -38,26 +39,6 @@ const (
 	membersJob = "etcd-hook-members"
 	hookJob    = "etcd-hook"
 )
-
-// moduleRoot is the repository root, where bin/ and manifests/ are.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	root, err := etcdtest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
-// missing skips the test on a developer's machine, or fails it when
-// CI=true, where a missing binary means the CI script forgot to build it.
-func missing(t *testing.T, msg string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
 
 // selector is one vector selector of an expression, as Prometheus parsed it.
 type selector struct {
@@ -77,11 +58,11 @@ type parsedExpr struct {
 // (bin/promql-metrics), building it with make when it is missing.
 func parsePromQL(t *testing.T, exprs []string) []parsedExpr {
 	t.Helper()
-	root := moduleRoot(t)
-	bin := filepath.Join(root, "bin", "promql-metrics")
+	root := testenv.ModuleRoot(t)
+	bin := testenv.BinaryPath(t, testenv.PromQLMetrics)
 	if _, err := os.Stat(bin); err != nil {
 		if _, err := exec.LookPath("make"); err != nil {
-			missing(t, fmt.Sprintf("%s is missing and make is not installed to build it: %v", bin, err))
+			testenv.SkipOrFail(t, "%s is missing and make is not installed to build it: %v", bin, err)
 		}
 		cmd := exec.Command("make", "bin/promql-metrics")
 		cmd.Dir = root
@@ -156,19 +137,19 @@ func etcdMetricNames(t *testing.T) map[string][]string {
 	t.Helper()
 	etcdNamesOnce.Do(func() {
 		versions := slices.Clone(etcdtest.BuiltVersions)
-		if _, err := etcdtest.LookBinary(etcdtest.Version34); err == nil {
+		if _, err := testenv.LookBinary(testenv.Etcd(etcdtest.Version34)); err == nil {
 			versions = append(versions, etcdtest.Version34)
 		}
 		for _, v := range versions {
-			if _, err := etcdtest.LookBinary(v); err != nil {
+			if _, err := testenv.LookBinary(testenv.Etcd(v)); err != nil {
 				etcdNamesErr = err
 				return
 			}
 		}
 		etcdNames, etcdNamesErr = scrapeEtcd(t, versions)
 	})
-	if errors.Is(etcdNamesErr, etcdtest.ErrBinaryMissing) {
-		missing(t, fmt.Sprintf("%v; run make etcd-bins", etcdNamesErr))
+	if errors.Is(etcdNamesErr, testenv.ErrBinaryMissing) {
+		testenv.SkipOrFail(t, "%v; run %q", etcdNamesErr, testenv.BuildHint(testenv.Etcd(etcdtest.DefaultVersion)))
 	}
 	if etcdNamesErr != nil {
 		t.Fatal(etcdNamesErr)
@@ -254,7 +235,7 @@ func seriesNames(url string) ([]string, error) {
 // constructor (prometheus.NewDesc, or a helper such as clusterDesc).
 func hookMetricNames(t *testing.T) []string {
 	t.Helper()
-	dir := filepath.Join(moduleRoot(t), serverDir)
+	dir := filepath.Join(testenv.ModuleRoot(t), serverDir)
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,8 @@ import (
 
 	yaml "go.yaml.in/yaml/v2"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // prometheusOperator is the Prometheus Operator release whose CRDs the
@@ -37,7 +39,7 @@ func operatorCRDs(t *testing.T) map[string]map[string]any {
 	out, err := cmd.Output()
 	var mod struct{ Dir, Error string }
 	if jerr := json.Unmarshal(out, &mod); err != nil || jerr != nil || mod.Error != "" || mod.Dir == "" {
-		missing(t, fmt.Sprintf("go mod download %s: %v %s %s", prometheusOperator, err, mod.Error, stderr.String()))
+		testenv.SkipOrFail(t, "go mod download %s: %v %s %s", prometheusOperator, err, mod.Error, stderr.String())
 	}
 	files, err := filepath.Glob(filepath.Join(mod.Dir, "example", "prometheus-operator-crd", "*.yaml"))
 	if err != nil || len(files) == 0 {
@@ -98,7 +100,7 @@ func jsonish(v any) any {
 // ConfigMap is decoded strictly as a core ConfigMap.
 func TestObjectsMatchOperatorSchemas(t *testing.T) {
 	schemas := operatorCRDs(t)
-	files, err := filepath.Glob(filepath.Join(moduleRoot(t), monitoringDir, "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(testenv.ModuleRoot(t), monitoringDir, "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	yaml "go.yaml.in/yaml/v2"
 
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
 func readYAML(t *testing.T, rel string, into any) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(moduleRoot(t), rel))
+	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestServiceMonitorFindsTheHook(t *testing.T) {
 // child kind without its CRD keeps a CompositeController from starting.
 // Their own kustomization lists every one of them.
 func TestNotInTheOperatorsInstall(t *testing.T) {
-	root := moduleRoot(t)
+	root := testenv.ModuleRoot(t)
 	for _, k := range []string{"manifests/kustomization.yaml", "manifests/tls/kustomization.yaml", "manifests/tls/cert-manager/kustomization.yaml"} {
 		var kust struct {
 			Resources  []string `yaml:"resources"`

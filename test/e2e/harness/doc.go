@@ -17,7 +17,11 @@
 //     (a PVC is Bound at once), pvc-protection (a PVC in use outlives its
 //     deletion), the garbage collector (ownerReferences, background policy)
 //     and the disruption controller (PDB status).
-//   - Metacontroller (metacontroller.go, apply.go): one CompositeController
+//   - Metacontroller (metacontroller.go: its configuration and what tests
+//     call; metacontroller_queue.go: one worker per parent;
+//     metacontroller_sync.go: a sync, its request and its answer applied;
+//     metacontroller_related.go: the customize hook; parentcache.go;
+//     metacontroller_records.go; apply.go): one CompositeController
 //     with generateSelector, children pods, services, persistentvolumeclaims and
 //     poddisruptionbudgets, a sync and a finalize hook. Requests have the
 //     shape of the captured ones in shared/metacontroller/captured. Only an
@@ -52,7 +56,10 @@
 //     on one it cannot resolve or parse, as Metacontroller then refuses to
 //     start the controller; a rotated CA needs a new Metacontroller. A TLS
 //     failure is a failed call like any other (SyncRecord.Err, HookErrors).
-//   - Kubelet (kubelet.go, probes.go, podspec.go): each Pod gets its own
+//   - Kubelet (kubelet.go: what tests call; kubelet_pods.go: one worker per
+//     Pod; kubelet_containers.go: container starts and exits;
+//     kubelet_termination.go: termination messages; kubelet_status.go: the
+//     Pod status; probes.go; podspec.go): each Pod gets its own
 //     loopback address 127.0.<x>.<y> (the "pod network", never reused in a
 //     run) and each container becomes a process of bin/etcd-v<tag> (see
 //     podspec.go for the translation of image, command, $(VAR), volume paths
@@ -62,6 +69,12 @@
 //     volumes) and graceful deletion (SIGTERM, SIGKILL after the grace period)
 //     behave as on a node. An image tag without a binary is an image that
 //     cannot be pulled: the Pod stays Pending in ErrImagePull/ImagePullBackOff.
+//     A terminated container's message is read as the kubelet reads it, for
+//     it is how a run reports (the agents write their result there): the
+//     last 4096 bytes of the file behind terminationMessagePath, whatever
+//     the exit code; with FallbackToLogsOnError, when that file is missing or
+//     empty after a failure, the last 80 lines (2048 bytes at most) of that
+//     run's log.
 //     emptyDir volumes live in the Pod directory and go with the Pod; a PVC
 //     maps to a directory that lives as long as the claim. Secret volumes
 //     (secretvolume.go, with items, defaultMode and optional) have the
@@ -102,8 +115,10 @@
 //     healthy once GET /healthz answers 200, with Kill (SIGKILL) and Restart
 //     on the same port. FaultProxy (faults.go) sits between Metacontroller and
 //     the hook and can answer a status (e.g. 500), delay or drop requests.
-//   - ProcTable (processes.go): every process is tracked by pid, logs to a
-//     file, has Pdeathsig=SIGKILL as a safety net, and is stopped at Close.
+//   - ProcTable (processes.go): every process is tracked by pid and stopped
+//     at Close. The processes are internal/testenv's: each logs to a file,
+//     runs in a process group of its own with Pdeathsig=SIGKILL as a safety
+//     net, and is stopped by SIGTERM, then SIGKILL to its group.
 //
 // # Using it
 //
@@ -154,4 +169,11 @@
 // than etcd, etcdctl, etcdutl and this project's etcd-hook (in its image, or
 // copied into a volume) are not supported and show up as Pod events and
 // container errors.
+//
+// # Imports
+//
+// The harness imports internal/testenv (the module root, the binaries, the
+// process supervisor, the CI-or-skip rule) and nothing else of this module
+// (its own tests add internal/tlstest): it emulates Kubernetes, and must
+// not share code with the hook it tests.
 package harness

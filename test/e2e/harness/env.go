@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // Options configures an Env. The zero value runs bin/etcd-hook.
@@ -85,13 +87,10 @@ func New(t testing.TB, opts Options) *Env {
 	Require(t)
 	if opts.HookURL == "" {
 		if opts.HookBinary == "" {
-			d, err := BinDir()
-			if err != nil {
-				t.Fatalf("harness: %v", err)
-			}
-			opts.HookBinary = filepath.Join(d, "etcd-hook")
+			opts.HookBinary = testenv.Binary(t, testenv.Hook)
+		} else if err := testenv.Executable(opts.HookBinary); err != nil {
+			testenv.SkipOrFail(t, "%v; run %q from the repository root", err, testenv.BuildHint(testenv.Hook))
 		}
-		RequireBinary(t, opts.HookBinary, "make build")
 	}
 	e := &Env{T: t, API: NewAPIServer(), Procs: NewProcTable(), opts: opts}
 	dir, err := testDir(t)
@@ -316,7 +315,7 @@ func (e *Env) dump() {
 	})
 	sort.Strings(logs)
 	for _, p := range logs {
-		tail, err := tailFile(p, 40)
+		tail, err := testenv.TailFile(p, 40)
 		if err != nil {
 			tail = err.Error()
 		}

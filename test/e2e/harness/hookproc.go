@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // HookProcess runs the built hook binary (bin/etcd-hook, from `make build`)
@@ -23,14 +25,14 @@ type HookProcess struct {
 	port  int
 
 	mu   sync.Mutex
-	proc *Proc
+	proc *testenv.Process
 }
 
 // NewHookProcess prepares a hook process on a free port; Start runs it.
 func NewHookProcess(procs *ProcTable, binary, logPath string, args, env []string) (*HookProcess, error) {
-	port, err := FreePort()
+	port, err := testenv.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("hook: %w", err)
 	}
 	return &HookProcess{Binary: binary, Args: args, Env: env, LogPath: logPath, procs: procs, port: port}, nil
 }
@@ -42,7 +44,7 @@ func (h *HookProcess) Addr() string { return "127.0.0.1:" + strconv.Itoa(h.port)
 func (h *HookProcess) URL() string { return "http://" + h.Addr() }
 
 // Proc returns the running process, or nil.
-func (h *HookProcess) Proc() *Proc {
+func (h *HookProcess) Proc() *testenv.Process {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.proc != nil && h.proc.Exited() {
@@ -53,7 +55,7 @@ func (h *HookProcess) Proc() *Proc {
 
 // Start launches the hook and waits until GET /healthz answers 200.
 func (h *HookProcess) Start(ctx context.Context) error {
-	if err := executable(h.Binary); err != nil {
+	if err := testenv.Executable(h.Binary); err != nil {
 		return fmt.Errorf("hook: %w", err)
 	}
 	h.mu.Lock()
@@ -68,7 +70,7 @@ func (h *HookProcess) Start(ctx context.Context) error {
 		"GODEBUG=netdns=go",
 	}
 	env = append(env, h.Env...)
-	p, err := h.procs.Start(ProcSpec{
+	p, err := h.procs.Start(testenv.ProcessSpec{
 		Name:    "etcd-hook",
 		Path:    h.Binary,
 		Args:    append([]string{"--addr", h.Addr()}, h.Args...),
@@ -84,7 +86,7 @@ func (h *HookProcess) Start(ctx context.Context) error {
 	return h.waitHealthy(ctx, p)
 }
 
-func (h *HookProcess) waitHealthy(ctx context.Context, p *Proc) error {
+func (h *HookProcess) waitHealthy(ctx context.Context, p *testenv.Process) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
@@ -117,21 +119,22 @@ func (h *HookProcess) Kill() error {
 	if p == nil {
 		return fmt.Errorf("hook is not running: %w", ErrNotFound)
 	}
-	p.Kill()
-	return nil
+	return p.Kill()
 }
 
 // Stop ends the hook gracefully (SIGTERM, then SIGKILL after grace).
 func (h *HookProcess) Stop(grace time.Duration) {
 	if p := h.Proc(); p != nil {
-		p.Stop(grace)
+		_ = p.Stop(grace)
 	}
 }
 
 // Restart kills the hook (SIGKILL) if it runs and starts it again.
 func (h *HookProcess) Restart(ctx context.Context) error {
 	if p := h.Proc(); p != nil {
-		p.Kill()
+		if err := p.Kill(); err != nil {
+			return fmt.Errorf("hook: %w", err)
+		}
 	}
 	return h.Start(ctx)
 }

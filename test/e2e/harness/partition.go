@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // Network partitions.
@@ -56,18 +58,10 @@ func PodGroup(ip netip.Addr) uint32 {
 
 // RequirePartition skips the test when partitions are unavailable (fails
 // with CI=true, where the image must provide nft).
-func RequirePartition(t interface {
-	Helper()
-	Skipf(string, ...any)
-	Fatalf(string, ...any)
-}) {
+func RequirePartition(t testenv.SkipFailer) {
 	t.Helper()
 	if _, err := exec.LookPath("nft"); err != nil {
-		msg := fmt.Sprintf("%v: nft not found (apt-get install nftables): %v", ErrNoPartition, err)
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s", msg)
-		}
-		t.Skipf("%s", msg)
+		testenv.SkipOrFail(t, "%v: nft not found (make e2e-deps, or apt-get install nftables): %v", ErrNoPartition, err)
 	}
 }
 

@@ -11,18 +11,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // etcdctlHealth runs `etcdctl endpoint health` against endpoint with the
 // given group, as a process of a Pod with that group would connect.
 func etcdctlHealth(t *testing.T, env *Env, gid uint32, endpoint string) error {
 	t.Helper()
-	dir, err := BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := env.Procs.Start(ProcSpec{
-		Name: "etcdctl", Path: filepath.Join(dir, "etcdctl-v3.6.16"),
+	p, err := env.Procs.Start(testenv.ProcessSpec{
+		Name: "etcdctl", Path: testenv.Binary(t, testenv.Etcdctl("3.6.16")),
 		Args:    []string{"--endpoints=" + endpoint, "--dial-timeout=1s", "--command-timeout=2s", "endpoint", "health"},
 		Env:     []string{"ETCDCTL_API=3"},
 		LogPath: filepath.Join(env.Dir, "logs", "etcdctl.log"),
@@ -34,7 +32,7 @@ func etcdctlHealth(t *testing.T, env *Env, gid uint32, endpoint string) error {
 	select {
 	case <-p.Done():
 	case <-time.After(10 * time.Second):
-		p.Kill()
+		_ = p.Kill()
 	}
 	if code := p.ExitCode(); code != 0 {
 		return fmt.Errorf("etcdctl endpoint health %s (group %d): exit code %d", endpoint, gid, code)

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // How a container becomes a process. The image is not run: its tag picks a
@@ -122,7 +124,7 @@ func planContainer(pc podContext, c *corev1.Container) (*launch, error) {
 		}
 		etcdBin = filepath.Join(pc.binDir, "etcd-"+ver)
 	}
-	if err := executable(etcdBin); err != nil {
+	if err := testenv.Executable(etcdBin); err != nil {
 		return nil, fmt.Errorf("%w: %q: %w", errImagePull, c.Image, err)
 	}
 	env, err := containerEnv(pc, c)
@@ -152,7 +154,7 @@ func planContainer(pc podContext, c *corev1.Container) (*launch, error) {
 			// This project's static binary, copied into a volume by an
 			// earlier container, run in an etcd image.
 			bin = rewritePath(argv[0], mounts)
-			if err := executable(bin); err != nil {
+			if err := testenv.Executable(bin); err != nil {
 				return nil, fmt.Errorf("%w: %s: %w", errContainerConfig, argv[0], err)
 			}
 		case ver == "" && base == "etcd-hook":
@@ -160,7 +162,7 @@ func planContainer(pc podContext, c *corev1.Container) (*launch, error) {
 			return nil, fmt.Errorf("%w: command %q: the etcd-hook image runs only /etcd-hook", errContainerConfig, argv[0])
 		case base == "etcd" || base == "etcdctl" || base == "etcdutl":
 			bin = filepath.Join(pc.binDir, base+"-"+ver)
-			if err := executable(bin); err != nil {
+			if err := testenv.Executable(bin); err != nil {
 				return nil, fmt.Errorf("%w: %s not in image %q: %w", errContainerConfig, argv[0], c.Image, err)
 			}
 		default:
@@ -458,7 +460,7 @@ func imageBinaryArg(a, binDir, ver string) (string, error) {
 		return a, nil
 	}
 	bin := filepath.Join(binDir, base+"-"+ver)
-	if err := executable(bin); err != nil {
+	if err := testenv.Executable(bin); err != nil {
 		return "", fmt.Errorf("%w: %s not in the image of version %s: %w", errContainerConfig, value, ver, err)
 	}
 	return prefix + bin, nil
