@@ -88,30 +88,17 @@ test-full: ## make test, plus the monitoring objects and every e2e scenario (the
 	@$(MAKE) test-steps E2E=e2e-full MONITORING=test-monitoring
 	@echo "==> test-full: all passed"
 
-# kube-apiserver, kubectl and helm are needed only by the apiserver and
-# chart tests, and are most of a cold run's compiling (about 12 minutes on
-# 2 cores with empty caches). They build in the background while the unit
-# and e2e tests run, at the lowest CPU and I/O priority: those tests spend
-# most of their time waiting on etcd and on timers, and get the CPU
-# whenever they want it. The build's log is shown only if it fails; a
-# failing step stops it (its own process group, killed on exit).
 .PHONY: test-full test-steps
 test-steps:
 	@echo "==> lint";             $(MAKE) lint
 	@echo "==> verify-manifests"; $(MAKE) verify-manifests
 	@echo "==> etcd-bins";        $(MAKE) etcd-bins
-	@set -m; log=$(BIN_DIR)/background-tools.log; \
-	echo "==> kube-bins, helm: building in the background at idle priority ($$log)"; \
-	nice -n 19 ionice -c 3 $(MAKE) kube-bins helm >"$$log" 2>&1 & tools=$$!; \
-	trap 'kill -- -$$tools 2>/dev/null || true' EXIT; \
-	echo "==> unit";             $(MAKE) unit; \
-	echo "==> $(E2E)";           $(MAKE) $(E2E); \
-	echo "==> kube-bins, helm: waiting for the background build"; \
-	if ! wait $$tools; then cat "$$log"; echo "kube-bins, helm: the background build failed" >&2; exit 1; fi; \
-	trap - EXIT; tail -n 3 "$$log"
+	@echo "==> unit";             $(MAKE) unit
+	@echo "==> kube-bins";        $(MAKE) kube-bins
 	@echo "==> apiserver";        $(MAKE) test-apiserver
 	@echo "==> charts";           $(MAKE) test-charts
 	@$(if $(MONITORING),echo "==> monitoring"; $(MAKE) $(MONITORING),true)
+	@echo "==> $(E2E)";           $(MAKE) $(E2E)
 	@echo "==> fuzz";             $(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 
 unit: $(CONTROLLER_GEN) $(VERSITYGW) ## unit tests: go test of every package but test/e2e
