@@ -18,7 +18,7 @@ import (
 // NOSPACE (a database reached its quota; etcd refuses writes) and CORRUPT
 // (members' data differ) turn Degraded with reasons NoSpace and Corrupt,
 // naming the members and the quota. A CORRUPT alarm is left to a person
-// (the README's runbook), and while it stands the hook does no
+// (the runbook in docs/etcdcluster.md), and while it stands the hook does no
 // housekeeping at all.
 //
 // spec.housekeeping (opt-in) adds two tasks, as the last rung of the
@@ -94,13 +94,13 @@ func (p *planner) alarmProblems() []problem {
 		switch t {
 		case membership.AlarmCorrupt:
 			out = append(out, problem{ReasonCorrupt, fmt.Sprintf(
-				"etcd raised its CORRUPT alarm (member %s): the members' data differ, and etcd refuses writes; the hook leaves this to a person and does no housekeeping meanwhile: see the README's runbook \"CORRUPT alarm\"", members)})
+				"etcd raised its CORRUPT alarm (member %s): the members' data differ, and etcd refuses writes; the hook leaves this to a person and does no housekeeping meanwhile: see the runbook \"CORRUPT alarm\" in docs/etcdcluster.md", members)})
 		case membership.AlarmNoSpace:
 			msg := fmt.Sprintf("etcd raised its NOSPACE alarm (member %s): a member's database reached the quota of %s (spec.etcd.quotaBackendBytes), and etcd refuses writes until space is freed and the alarm disarmed", members, formatBytes(p.quotaBytes()))
 			if p.spec.Housekeeping.RecoversNoSpace() {
 				msg += "; spec.housekeeping recovers from it: it compacts the history, defragments the members one at a time and disarms the alarm"
 			} else {
-				msg += "; delete keys, then compact, defragment each member and disarm the alarm (the README's runbook \"NOSPACE alarm\"), or set spec.housekeeping for the hook to do it"
+				msg += "; delete keys, then compact, defragment each member and disarm the alarm (the runbook \"NOSPACE alarm\" in docs/etcdcluster.md), or set spec.housekeeping for the hook to do it"
 			}
 			out = append(out, problem{ReasonNoSpace, msg})
 		default:

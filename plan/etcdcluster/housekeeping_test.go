@@ -388,7 +388,7 @@ func TestAlarmProblems(t *testing.T) {
 		reason: "the alarm shows at once, with the quota and what a person does",
 		in: hkCluster(nil, nil, withAlarm(sized(member(1, name(0)), 1001, 1001), nospaceOf(2), "etcdserver: no leader"),
 			sized(member(2, name(1)), 1001, 1001), withAlarm(sized(member(3, name(2)), 1001, 1001), nospaceOf(2))),
-		want: []problem{{ReasonNoSpace, `etcd raised its NOSPACE alarm (member demo-m1): a member's database reached the quota of 1000 MiB (spec.etcd.quotaBackendBytes), and etcd refuses writes until space is freed and the alarm disarmed; delete keys, then compact, defragment each member and disarm the alarm (the README's runbook "NOSPACE alarm"), or set spec.housekeeping for the hook to do it`}},
+		want: []problem{{ReasonNoSpace, `etcd raised its NOSPACE alarm (member demo-m1): a member's database reached the quota of 1000 MiB (spec.etcd.quotaBackendBytes), and etcd refuses writes until space is freed and the alarm disarmed; delete keys, then compact, defragment each member and disarm the alarm (the runbook "NOSPACE alarm" in docs/etcdcluster.md), or set spec.housekeeping for the hook to do it`}},
 	}, {
 		name:   "NOSPACE of two members, with the policy",
 		reason: "each member that applied the write over quota may raise its own alarm; the default quota is 2 GiB",
@@ -402,8 +402,8 @@ func TestAlarmProblems(t *testing.T) {
 		in: hkCluster(nil, nil, withAlarm(sized(member(1, name(0)), 10, 5), corruptOf(1), nospaceOf(0xabc)),
 			sized(member(2, name(1)), 10, 5), sized(member(3, name(2)), 10, 5)),
 		want: []problem{
-			{ReasonCorrupt, `etcd raised its CORRUPT alarm (member demo-m0): the members' data differ, and etcd refuses writes; the hook leaves this to a person and does no housekeeping meanwhile: see the README's runbook "CORRUPT alarm"`},
-			{ReasonNoSpace, `etcd raised its NOSPACE alarm (member abc): a member's database reached the quota of 1000 MiB (spec.etcd.quotaBackendBytes), and etcd refuses writes until space is freed and the alarm disarmed; delete keys, then compact, defragment each member and disarm the alarm (the README's runbook "NOSPACE alarm"), or set spec.housekeeping for the hook to do it`},
+			{ReasonCorrupt, `etcd raised its CORRUPT alarm (member demo-m0): the members' data differ, and etcd refuses writes; the hook leaves this to a person and does no housekeeping meanwhile: see the runbook "CORRUPT alarm" in docs/etcdcluster.md`},
+			{ReasonNoSpace, `etcd raised its NOSPACE alarm (member abc): a member's database reached the quota of 1000 MiB (spec.etcd.quotaBackendBytes), and etcd refuses writes until space is freed and the alarm disarmed; delete keys, then compact, defragment each member and disarm the alarm (the runbook "NOSPACE alarm" in docs/etcdcluster.md), or set spec.housekeeping for the hook to do it`},
 		},
 	}}
 	for _, tt := range tests {

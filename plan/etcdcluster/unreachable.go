@@ -148,7 +148,7 @@ func (p *planner) allMembersLost(r *observation) {
 	restore := "Restore it from a backup (no backup of it is known: no EtcdBackup names it in spec.clusterName)"
 	if b := p.newest; b != nil {
 		restore = fmt.Sprintf("The newest backup known is %s (EtcdBackup %s), at revision %d, taken %s (%s ago); restoring it loses the writes after it. "+
-			"Restore it with an EtcdRestore named %s whose spec.backup.name is %s (see the README's disaster-recovery runbook)",
+			"Restore it with an EtcdRestore named %s whose spec.backup.name is %s (see the disaster-recovery runbook in docs/backup-restore.md)",
 			b.Location, b.EtcdBackup, b.Revision, b.Time.UTC().Format("2006-01-02T15:04:05Z"), roughAge(p.o.Now.Sub(b.Time.Time)), c.Name, b.EtcdBackup)
 	}
 	msg := fmt.Sprintf("every member of %s is lost and %s, so its data is gone. No new, empty cluster is started under this name. "+
