@@ -80,6 +80,23 @@ func waitMembership(t *testing.T, c etcdclient.Cluster, what string, ok func(mem
 	}
 }
 
+// waitWholeMembership is waitMembership for a condition on the members
+// together.
+func waitWholeMembership(t *testing.T, c etcdclient.Cluster, what string, ok func(*membership.Membership) bool) *membership.Membership {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ms := readMembership(t, c)
+		if ok(ms) {
+			return ms
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members never %s: %+v", what, ms.Members)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func TestNoSpaceRecovery(t *testing.T) {
 	for _, version := range versions {
 		t.Run(version, func(t *testing.T) {
@@ -91,8 +108,12 @@ func TestNoSpaceRecovery(t *testing.T) {
 
 			// Each member lists the alarm once it has applied it from the
 			// log: a follower may be a moment behind the member that
-			// refused the put.
-			ms := waitMembership(t, c, "list an alarm", func(m membership.Member) bool { return len(m.Errors) > 0 })
+			// refused the put, and a second member's alarm may still be on
+			// its way when the first is listed everywhere.
+			ms := waitWholeMembership(t, c, "list every alarm", func(ms *membership.Membership) bool {
+				n := len(ms.Alarms())
+				return n > 0 && !slices.ContainsFunc(ms.Members, func(m membership.Member) bool { return len(m.Errors) != n })
+			})
 			leader := leaderOf(ms)
 			alarms := ms.Alarms()
 			// Each member that applies the write over quota raises the alarm
