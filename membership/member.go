@@ -72,6 +72,18 @@ func (ms *Membership) Voters() []Member {
 	return out
 }
 
+// VoterCount is len(ms.Voters()), without copying the members: the
+// quorum rules count voters many times a sync.
+func (ms *Membership) VoterCount() int {
+	n := 0
+	for _, m := range ms.Members {
+		if !m.IsLearner {
+			n++
+		}
+	}
+	return n
+}
+
 // WithMembers is the membership after a change: etcd's new list, with what
 // each surviving member said about itself earlier in this sync.
 func (ms *Membership) WithMembers(members []Member) *Membership {

@@ -22,7 +22,7 @@ func healthyVoters(ms *Membership, except uint64) int {
 
 // HasQuorum reports whether a quorum of the voters is up.
 func HasQuorum(ms *Membership) bool {
-	voters := len(ms.Voters())
+	voters := ms.VoterCount()
 	return voters > 0 && healthyVoters(ms, 0) >= Quorum(voters)
 }
 
@@ -35,7 +35,7 @@ func HasQuorum(ms *Membership) bool {
 // a second: there is no other way to grow a one-member cluster without
 // learners, and etcd itself accepts it.
 func CanAddVoter(ms *Membership) bool {
-	up, voters := healthyVoters(ms, 0), len(ms.Voters())
+	up, voters := healthyVoters(ms, 0), ms.VoterCount()
 	if up == 1 && voters == 1 {
 		return true
 	}
@@ -51,7 +51,7 @@ func CanPromote(ms *Membership, id uint64) bool {
 			learnerUp = 1
 		}
 	}
-	return healthyVoters(ms, 0)+learnerUp >= Quorum(len(ms.Voters())+1)
+	return healthyVoters(ms, 0)+learnerUp >= Quorum(ms.VoterCount()+1)
 }
 
 // CanRemove reports whether member id may be removed without leaving the
@@ -70,7 +70,7 @@ func CanRemove(ms *Membership, id uint64) bool {
 	if target.IsLearner {
 		return true
 	}
-	remaining := len(ms.Voters()) - 1
+	remaining := ms.VoterCount() - 1
 	if remaining < 1 {
 		return false
 	}

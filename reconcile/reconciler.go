@@ -61,6 +61,10 @@ func (r *Reconciler) Sync(ctx context.Context, o *etcdcluster.Observed, early *E
 	}
 
 	cluster := r.observe(ctx, log, o, early)
+	if o.Membership != nil {
+		// Done already if observe waited for the early read.
+		etcdcluster.Derive(o)
+	}
 	d := etcdcluster.Plan(o)
 	if o.Membership == nil || d.Settled(o) {
 		return d, nil
@@ -101,6 +105,9 @@ func (r *Reconciler) observe(ctx context.Context, log *slog.Logger, o *etcdclust
 		return nil
 	}
 	if early != nil && early.covers(endpoints) {
+		// What the planner works out from the request alone is worked
+		// out while the read is in flight, not after it.
+		etcdcluster.Derive(o)
 		select {
 		case <-early.done:
 			r.record(log, o, early.membership, early.err)

@@ -138,7 +138,9 @@ func (p *planner) podsSeed() string {
 		if s == "" {
 			s = first
 		}
-		if seed == "" || s == p.recreatedSeed(seed) {
+		// s == seed changes nothing: the seed's name is hashed only for
+		// another seed (the Pods of one cluster all name the same).
+		if seed == "" || (s != seed && s == p.recreatedSeed(seed)) {
 			seed = s
 		}
 	}

@@ -85,7 +85,7 @@ func (p *planner) podImagesCondition() condition {
 
 // quorumPhase says whether etcd can commit, from the members that answered.
 func (p *planner) quorumPhase(ms *membership.Membership) (v1beta2.ClusterPhase, condition) {
-	voters := len(ms.Voters())
+	voters := ms.VoterCount()
 	up := membership.HealthyVoters(ms)
 	if ms.Stale || !membership.HasQuorum(ms) || ms.LeaderID == 0 {
 		var down []string

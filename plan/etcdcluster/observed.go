@@ -52,4 +52,7 @@ type Observed struct {
 	// Acted is set when this sync already made its membership change (or
 	// tried to); the plan then proposes none and reports the outcome.
 	Acted *Outcome
+
+	// derived is what Derive worked out ahead of planning; see derived.go.
+	derived *derived
 }

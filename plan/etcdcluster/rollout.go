@@ -5,14 +5,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/membership"
-	"github.com/etcdhook/etcd-hook/plan"
 )
 
 // A change of spec reaches running members in one of two ways.
@@ -145,53 +143,6 @@ func hookAnnotation(key string) bool {
 	return key == AnnotationVersion || strings.HasPrefix(key, v1beta2.Group+"/")
 }
 
-// currentPod is a running member's Pod as last applied, with the labels
-// and annotations the spec asks for now, and LabelServing as the member's
-// role says: Metacontroller patches them in place, and the member does
-// not restart.
-func (p *planner) currentPod(pod *corev1.Pod) plan.Child {
-	kept := plan.KeepPod(pod)
-	out, ok := podObject(kept)
-	if !ok {
-		return kept
-	}
-	labels := memberLabels(p.o.Cluster.Name, pod.Name, p.spec.Pod, p.servingPod(pod))
-	annotations := map[string]string{}
-	if pol := p.spec.Pod; pol != nil {
-		maps.Copy(annotations, pol.Annotations)
-	}
-	for k, v := range out.Annotations {
-		if hookAnnotation(k) {
-			annotations[k] = v
-		}
-	}
-	if annotations[AnnotationPodSpecHash] == "" {
-		annotations[AnnotationPodSpecHash] = p.podHash()
-	}
-	if maps.Equal(labels, out.Labels) && maps.Equal(annotations, out.Annotations) {
-		return kept
-	}
-	out.Labels, out.Annotations = labels, annotations
-	return plan.Child{Kind: plan.KindPod, Name: pod.Name, Object: out}
-}
-
-// podObject decodes a kept Pod child into a Pod that may be changed.
-func podObject(c plan.Child) (*corev1.Pod, bool) {
-	var out corev1.Pod
-	switch obj := c.Object.(type) {
-	case json.RawMessage:
-		if err := json.Unmarshal(obj, &out); err != nil {
-			return nil, false
-		}
-	case *corev1.Pod:
-		out = *obj.DeepCopy()
-	default:
-		return nil, false
-	}
-	out.APIVersion, out.Kind = "v1", "Pod"
-	return &out, true
-}
-
 // rolloutState says where the rollout of a spec change stands.
 type rolloutState struct {
 	pending []memberView // members whose Pod is outdated, by name
@@ -206,7 +157,9 @@ type rolloutState struct {
 
 func (p *planner) rolloutState(views []memberView, leader memberView) rolloutState {
 	var st rolloutState
-	var current []memberView
+	// current: a started member whose Pod is on the current spec (or
+	// which has none).
+	current := func(v memberView) bool { return (v.pod == nil || !p.outdated(v.pod)) && v.Started() }
 	for _, v := range views {
 		switch {
 		case v.pod != nil && v.pod.DeletionTimestamp != nil && v.persistent && p.outdated(v.pod):
@@ -217,14 +170,15 @@ func (p *planner) rolloutState(views []memberView, leader memberView) rolloutSta
 			}
 		case v.pod != nil && p.outdated(v.pod):
 			st.pending = append(st.pending, v)
-		case v.Started():
-			current = append(current, v)
 		}
 	}
 	if len(st.pending) == 0 && !p.rollingOut() {
 		return st
 	}
-	for _, v := range current {
+	for _, v := range views {
+		if !current(v) {
+			continue
+		}
 		if v.ready && (v.ID == leader.ID || caughtUp(v.Member, leader.Member)) {
 			continue
 		}

@@ -53,7 +53,7 @@ func (p *planner) servingMembers(views []memberView) map[string]bool {
 		return out
 	}
 	leader := p.leaderView(views)
-	voters := len(ms.Voters())
+	voters := ms.VoterCount()
 	for _, v := range views {
 		switch {
 		case v.IsLearner || !v.Started():

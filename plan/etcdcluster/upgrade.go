@@ -136,14 +136,9 @@ type upgradeState struct {
 func (p *planner) upgradeState(views []memberView, leader memberView) upgradeState {
 	st := upgradeState{downgrade: p.downgradeState(views, leader)}
 	target := p.spec.Image()
-	var upgraded []memberView
 	for _, v := range views {
-		switch {
-		case v.pod == nil:
-		case containerImage(v.pod) != target:
+		if v.pod != nil && containerImage(v.pod) != target {
 			st.pending = append(st.pending, v)
-		default:
-			upgraded = append(upgraded, v)
 		}
 	}
 	// Only a rollout, or its last member still on its way, has anything to
@@ -152,7 +147,11 @@ func (p *planner) upgradeState(views []memberView, leader memberView) upgradeSta
 	if len(st.pending) == 0 && !p.rolling() {
 		return st
 	}
-	for _, v := range upgraded {
+	for _, v := range views {
+		if v.pod == nil || containerImage(v.pod) != target {
+			// Not upgraded: no Pod, or one on another image.
+			continue
+		}
 		if p.runsTarget(v, leader) {
 			st.done++
 			continue

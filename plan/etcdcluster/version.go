@@ -12,20 +12,28 @@ type semver struct{ major, minor, patch int }
 
 func parseVersion(v string) (semver, bool) {
 	v = strings.TrimPrefix(v, "v")
-	if i := strings.IndexAny(v, "-+"); i >= 0 {
-		v = v[:i]
+	// Cut at the first '-' or '+' (a pre-release or build suffix), byte
+	// by byte: neither byte occurs inside a multi-byte UTF-8 sequence.
+	for i := 0; i < len(v); i++ {
+		if v[i] == '-' || v[i] == '+' {
+			v = v[:i]
+			break
+		}
 	}
-	parts := strings.Split(v, ".")
-	if len(parts) != 3 {
-		return semver{}, false
-	}
+	// Exactly three dot-separated numbers, cut without allocating: the
+	// planner parses versions many times a sync.
 	var out [3]int
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
+	for i := range out {
+		part, rest, found := strings.Cut(v, ".")
+		if found != (i < len(out)-1) || part == "" {
+			// part == "": what Atoi refuses, without its error.
+			return semver{}, false
+		}
+		n, err := strconv.Atoi(part)
 		if err != nil || n < 0 {
 			return semver{}, false
 		}
-		out[i] = n
+		out[i], v = n, rest
 	}
 	return semver{out[0], out[1], out[2]}, true
 }

@@ -1,0 +1,197 @@
+package etcdcluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/plan"
+)
+
+// Derive changes no decision: planned with what it worked out, and again
+// after the request changed under it, every scenario is answered as
+// without it, byte for byte. The scenarios are FuzzPlan's, each planned
+// once as it comes and once with every member Pod last applied as the
+// first answer asked (Metacontroller's steady state, where currentPod
+// keeps each Pod as it is), some with spec.pod labels and annotations.
+func TestDeriveChangesNoDecision(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for i := range 1000 {
+		data := make([]byte, 4+rng.Intn(40))
+		rng.Read(data)
+		o := scenario(data)
+		if i%3 == 1 {
+			o.Cluster.Spec.Pod = &v1beta2.PodPolicy{
+				Labels:      map[string]string{"team": "a", LabelApp: "other", LabelServing: "false"},
+				Annotations: map[string]string{"note": "b", AnnotationVersion: "9.9.9", v1beta2.Group + "/other": "c"},
+			}
+		}
+		for round := range 2 {
+			tag := fmt.Sprintf("scenario %d (%x), round %d", i, data, round)
+			want := decisionJSON(t, Plan(o))
+			derived := *o
+			Derive(&derived)
+			if got := decisionJSON(t, Plan(&derived)); got != want {
+				t.Fatalf("%s: planned after Derive:\n%s\nwant\n%s", tag, got, want)
+			}
+			// The same Pods, changed after Derive: planned on themselves.
+			for name, pod := range derived.Pods {
+				if raw, ok := pod.Annotations[plan.LastAppliedAnnotation]; ok {
+					changed := pod.DeepCopy()
+					changed.Annotations[plan.LastAppliedAnnotation] = raw[:len(raw)/2]
+					derived.Pods = maps.Clone(derived.Pods)
+					derived.Pods[name] = changed
+					o2 := *o
+					o2.Pods = derived.Pods
+					if got, want := decisionJSON(t, Plan(&derived)), decisionJSON(t, Plan(&o2)); got != want {
+						t.Fatalf("%s: a Pod changed after Derive is planned on Derive's result:\n%s\nwant\n%s", tag, got, want)
+					}
+					break
+				}
+			}
+			settleAll(t, o, Plan(o))
+		}
+	}
+}
+
+func decisionJSON(t *testing.T, d Decision) string {
+	t.Helper()
+	type child struct {
+		Kind, Name, Type string
+		Object           any
+	}
+	children := make([]child, 0, len(d.Children))
+	for _, c := range d.Children {
+		children = append(children, child{c.Kind, c.Name, fmt.Sprintf("%T", c.Object), c.Object})
+	}
+	b, err := json.Marshal(struct {
+		Children []child
+		Status   v1beta2.ClusterStatus
+		Action   any
+		Resync   string
+		Final    bool
+	}{children, d.Status, d.Action, d.ResyncAfter.String(), d.Finalized})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// settleAll gives every observed member Pod its answer in d as its last
+// applied configuration, with that answer's labels and annotations.
+func settleAll(t *testing.T, o *Observed, d Decision) {
+	t.Helper()
+	o.Pods = maps.Clone(o.Pods)
+	for _, c := range d.Children {
+		pod, ok := o.Pods[c.Name]
+		if c.Kind != plan.KindPod || !ok {
+			continue
+		}
+		var raw []byte
+		var meta metav1.ObjectMeta
+		switch obj := c.Object.(type) {
+		case *corev1.Pod:
+			raw, _ = json.Marshal(struct {
+				APIVersion string            `json:"apiVersion"`
+				Kind       string            `json:"kind"`
+				Metadata   metav1.ObjectMeta `json:"metadata"`
+				Spec       any               `json:"spec,omitempty"`
+			}{"v1", "Pod", obj.ObjectMeta, obj.Spec})
+			meta = obj.ObjectMeta
+		case json.RawMessage:
+			raw = obj
+			var applied struct {
+				Metadata metav1.ObjectMeta `json:"metadata"`
+			}
+			if json.Unmarshal(raw, &applied) != nil {
+				continue
+			}
+			meta = applied.Metadata
+		default:
+			continue
+		}
+		settled := pod.DeepCopy()
+		settled.Labels = maps.Clone(meta.Labels)
+		settled.Annotations = maps.Clone(meta.Annotations)
+		if settled.Annotations == nil {
+			settled.Annotations = map[string]string{}
+		}
+		settled.Annotations[plan.LastAppliedAnnotation] = string(raw)
+		o.Pods[c.Name] = settled
+	}
+}
+
+// isCurrentMeta says what comparing with currentMeta's maps says, over
+// labels and annotations drawn from the keys that matter to it (the
+// member's own labels, LabelServing, the hook's annotations, spec.pod's).
+func TestIsCurrentMetaAgreesWithCurrentMeta(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	labelKeys := []string{LabelApp, LabelCluster, LabelNode, LabelServing, "team", "tier"}
+	labelValues := []string{"etcd", testCluster, name(0), "true", "false", "a", ""}
+	annotationKeys := []string{AnnotationPodSpecHash, AnnotationVersion, AnnotationSeedMember, v1beta2.Group + "/other", "note", "other"}
+	annotationValues := []string{"", "h", "3.6.16", "b", "c"}
+	draw := func(keys, values []string) map[string]string {
+		if rng.Intn(8) == 0 {
+			return nil
+		}
+		m := map[string]string{}
+		for _, k := range keys {
+			if rng.Intn(2) == 0 {
+				m[k] = values[rng.Intn(len(values))]
+			}
+		}
+		return m
+	}
+	yes := 0
+	for i := range 50000 {
+		o := observed(newCluster(3, "3.6.16"))
+		if rng.Intn(2) == 0 {
+			o.Cluster.Spec.Pod = &v1beta2.PodPolicy{Labels: draw(labelKeys, labelValues), Annotations: draw(annotationKeys, annotationValues)}
+		}
+		p := &planner{o: o, spec: o.Cluster.Spec.WithDefaults(), serving: map[string]bool{}}
+		pod := readyPod(name(0))
+		pod.Labels = draw(labelKeys, labelValues)
+		switch rng.Intn(3) {
+		case 0:
+			p.serving[pod.Name] = true
+		case 1:
+			p.serving[pod.Name] = false
+		}
+		labels, annotations := draw(labelKeys, labelValues), draw(annotationKeys, annotationValues)
+		if rng.Intn(2) == 0 {
+			// Near misses: what currentMeta gives, or close to it.
+			labels, annotations = p.currentMeta(pod, annotations)
+			if rng.Intn(2) == 0 {
+				labels, annotations = maps.Clone(labels), maps.Clone(annotations)
+				switch rng.Intn(4) {
+				case 0:
+					delete(labels, labelKeys[rng.Intn(len(labelKeys))])
+				case 1:
+					annotations[annotationKeys[rng.Intn(len(annotationKeys))]] = annotationValues[rng.Intn(len(annotationValues))]
+				case 2:
+					delete(annotations, annotationKeys[rng.Intn(len(annotationKeys))])
+				case 3:
+					labels[labelKeys[rng.Intn(len(labelKeys))]] = labelValues[rng.Intn(len(labelValues))]
+				}
+			}
+		}
+		wantLabels, wantAnnotations := p.currentMeta(pod, annotations)
+		want := maps.Equal(wantLabels, labels) && maps.Equal(wantAnnotations, annotations)
+		if got := p.isCurrentMeta(pod, labels, annotations); got != want {
+			t.Fatalf("case %d: isCurrentMeta %v, currentMeta's maps say %v: labels %v annotations %v policy %+v serving %v",
+				i, got, want, labels, annotations, o.Cluster.Spec.Pod, p.serving)
+		}
+		if want {
+			yes++
+		}
+	}
+	if yes < 500 {
+		t.Errorf("only %d cases matched: the test draws too few near misses", yes)
+	}
+}
