@@ -27,7 +27,7 @@ func (p *planner) currentPod(pod *corev1.Pod) plan.Child {
 		// ok: the configuration is valid JSON, which plan.KeepPod keeps
 		// as it is, and its metadata is what decoding the whole Pod gives
 		// (podObject). Otherwise currentPodChanged decides.
-		if applied, ok := p.appliedMetaOf(raw); ok {
+		if applied, ok := p.appliedMetaOf(pod, raw); ok {
 			b := []byte(raw)
 			kept := plan.Child{Kind: plan.KindPod, Name: pod.Name, Object: json.RawMessage(b)}
 			m := applied.Metadata

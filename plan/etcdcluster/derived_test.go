@@ -9,9 +9,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/plan"
+	"github.com/google/go-cmp/cmp"
 )
 
 // Derive changes no decision: planned with what it worked out, and again
@@ -193,5 +195,52 @@ func TestIsCurrentMetaAgreesWithCurrentMeta(t *testing.T) {
 	}
 	if yes < 500 {
 		t.Errorf("only %d cases matched: the test draws too few near misses", yes)
+	}
+}
+
+// The memo of last applied metadata answers as decoding does: for a Pod
+// seen before, for another text under the same UID (a hand-edited fixture,
+// or the Pod's next configuration), for a Pod without a UID, and across
+// the memo filling up and forgetting.
+func TestAppliedMemoAgreesWithDecoding(t *testing.T) {
+	memo := newAppliedMemo(2)
+	texts := []string{
+		`{"metadata":{"labels":{"app":"etcd"},"annotations":{"a":"1"}}}`,
+		`{"metadata":{"labels":{"app":"etcd","x":"y"},"annotations":{"a":"2"}}}`,
+		`{"metadata":{"labels":`,
+		`{"kind":"Pod","metadata":{}}`,
+	}
+	for round := range 3 {
+		for i, raw := range texts {
+			for _, uid := range []string{"", "uid-1", fmt.Sprintf("uid-%d", i+2)} {
+				meta, ok := decodeApplied(raw)
+				want := appliedResult{meta, ok}
+				got := memo.decode(types.UID(uid), raw)
+				if diff := cmp.Diff(want, got, cmp.AllowUnexported(appliedResult{})); diff != "" {
+					t.Errorf("round %d, text %d, UID %q: memo disagrees with decoding (-want +got):\n%s", round, i, uid, diff)
+				}
+			}
+		}
+	}
+	if len(memo.m) > memo.max {
+		t.Errorf("memo holds %d entries, bound %d", len(memo.m), memo.max)
+	}
+}
+
+// The pod-spec hash Derive worked out is the one planning works out, and
+// a parent replaced after Derive is hashed afresh.
+func TestDerivedPodHashFollowsTheParent(t *testing.T) {
+	o := observed(newCluster(3, "3.6.16"))
+	Derive(o)
+	p := &planner{o: o, spec: o.Cluster.Spec.WithDefaults()}
+	if got, want := p.podHash(), podSpecHash(o.Cluster.Spec.WithDefaults()); got != want {
+		t.Errorf("derived hash %s, computed %s", got, want)
+	}
+	changed := *o.Cluster
+	changed.Spec.Pod = &v1beta2.PodPolicy{NodeSelector: map[string]string{"disk": "ssd"}}
+	o.Cluster = &changed
+	p = &planner{o: o, spec: o.Cluster.Spec.WithDefaults()}
+	if got, want := p.podHash(), podSpecHash(changed.Spec.WithDefaults()); got != want {
+		t.Errorf("after the parent changed: hash %s, want %s (the derived one was %s)", got, want, o.derived.podHash)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/plan"
@@ -76,6 +77,9 @@ func steadyObservation(b *testing.B, n int) *Observed {
 	o.Membership = memberList(1)
 	for i := range n {
 		o.Pods[name(i)] = readyPod(name(i))
+		// As the API server sends them: the memo of last applied
+		// metadata is kept by UID.
+		o.Pods[name(i)].UID = types.UID(fmt.Sprintf("pod-uid-%d", i))
 		o.Membership.Members = append(o.Membership.Members, member(uint64(i+1), name(i)))
 	}
 	if d := Plan(o); !d.Settled(o) {

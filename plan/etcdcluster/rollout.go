@@ -132,7 +132,11 @@ func (p *planner) outdated(pod *corev1.Pod) bool {
 
 func (p *planner) podHash() string {
 	if p.hash == "" {
-		p.hash = podSpecHash(p.spec)
+		if d := p.o.derived; d != nil && d.hashOf == p.o.Cluster {
+			p.hash = d.podHash
+		} else {
+			p.hash = podSpecHash(p.spec)
+		}
 	}
 	return p.hash
 }
