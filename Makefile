@@ -55,7 +55,7 @@ endif
 include mk/charts.mk
 include mk/monitoring.mk
 
-.PHONY: help build run test unit e2e fuzz bench bench-quick manifests verify-manifests fmt vet lint docker-build clean
+.PHONY: help build run test unit e2e fuzz soak bench bench-quick manifests verify-manifests fmt vet lint docker-build clean
 
 help: ## list the targets
 	@echo "Usage: make <target> [VAR=value]"
@@ -112,6 +112,15 @@ e2e: $(E2E_DEPS) ## end-to-end tests, one scenario per promise (-short leaves ou
 .PHONY: e2e-full
 e2e-full: $(E2E_DEPS) ## every end-to-end scenario, the long tail included
 	$(GO) test ./test/e2e/... -count=1 -timeout 45m -v
+
+# The chaos soak (test/e2e/soak_test.go): operations chosen at random from
+# a seed for SOAK, invariants sampled all the while. make test runs it for
+# three minutes; a failure prints SOAK_SEED, which replays the same choices.
+SOAK ?= 30m
+SOAK_TIMEOUT ?= 3h
+.PHONY: soak
+soak: $(E2E_DEPS) ## the chaos soak for SOAK (30m); SOAK_SEED=<seed> replays a run
+	SOAK=$(SOAK) $(GO) test ./test/e2e -run '^TestSoak$$' -count=1 -v -timeout $(SOAK_TIMEOUT)
 
 # The harness partitions a member with nftables (this kernel has no netem):
 # Debian's nftables package, installed where missing. Root is required for

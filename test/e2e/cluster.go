@@ -216,6 +216,7 @@ func (c *Cluster) Leader(ctx context.Context) (string, error) {
 type ParentStatus struct {
 	ObservedGeneration int64  `json:"observedGeneration"`
 	Phase              string `json:"phase"`
+	CurrentVersion     string `json:"currentVersion"`
 	Reason             string `json:"reason"`
 	Size               int    `json:"size"`
 	ReadyMembers       int    `json:"readyMembers"`

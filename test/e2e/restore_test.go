@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
+	"github.com/etcdhook/etcd-hook/test/e2e/history"
 )
 
 // Restores end to end, on one environment: a restore from a missing and
@@ -284,6 +285,10 @@ func (b *backupScenario) disaster(backup BackupStatus) {
 	s := b.scenario
 	s.waitWrites(writesAround)
 	b.w.Stop()
+	// Histories are linearizable between restores, not across one: the
+	// checker's is checked whole here, on the healthy cluster, before the
+	// loss (the restored cluster then answers with the backup's data).
+	s.checkHistory(true)
 	// The watcher may still be receiving the writer's last events.
 	var seenBefore []int64
 	_ = b.env.WaitFor(10*time.Second, "the watcher settled", func() (bool, string) {
@@ -366,6 +371,7 @@ func (b *backupScenario) disaster(backup BackupStatus) {
 			t.Errorf("disaster: the watcher saw revision %d after the restore, having seen %d before", r, maxSeen)
 		}
 	}
+	b.resumedWatchIsCompacted(cli, maxSeen)
 	// The README's exactly-once rule: the EtcdRestore deleted and the same
 	// manifest applied again (a new UID, the same backup) restores nothing.
 	members := b.world(b.c.PodNames())
@@ -376,6 +382,29 @@ func (b *backupScenario) disaster(backup BackupStatus) {
 	b.checkWorld("the same EtcdRestore applied again", members, b.c.PodNames())
 	t.Logf("disaster: all 3 Pods deleted; restored from %s at revision %d in %s; %d acknowledged writes up to it present; watcher: max %d before, next %v",
 		backup.LastBackup.Location, restored, took.Round(100*time.Millisecond), len(want), maxSeen, watch.seen()[len(seenBefore):])
+}
+
+// resumedWatchIsCompacted: a watch resumed after the restore from a
+// revision of the lost history (the one after the last its watcher saw)
+// is refused with a compaction error and gets no event: the restore bumped
+// the revision above everything the old history reached and marked the
+// bump compacted, so no client can be handed events of the new history
+// under revisions it already saw from the old one.
+func (b *backupScenario) resumedWatchIsCompacted(cli *clientv3.Client, lastSeen int64) {
+	t := b.t
+	t.Helper()
+	w := history.StartWatch(b.env.Ctx(), cli, b.w.Prefix, lastSeen+1)
+	err := b.env.WaitFor(30*time.Second, "the resumed watch is refused as compacted", func() (bool, string) {
+		return w.Compacted() != 0, "no compaction error yet"
+	})
+	events, _ := w.Stop()
+	if err != nil {
+		t.Errorf("disaster: a watch resumed from revision %d, before the restore: %v", lastSeen+1, err)
+	}
+	if len(events) != 0 {
+		t.Errorf("disaster: a watch resumed from revision %d, before the restore, got %d events of the new history: %+v", lastSeen+1, len(events), events[:min(len(events), 3)])
+	}
+	t.Logf("disaster: a watch resumed from revision %d got a compaction error at revision %d, and no event", lastSeen+1, w.Compacted())
 }
 
 // bornFromBackup: a new EtcdCluster whose spec names the backup starts

@@ -44,6 +44,8 @@ type scenario struct {
 	env *harness.Env
 	c   *Cluster
 	w   *Writer
+	// h is the checker beside the writer (checker.go).
+	h *stepHistory
 }
 
 func newScenario(t *testing.T, version string) *scenario {
@@ -62,6 +64,7 @@ func (s *scenario) startWriter(step string) {
 	}
 	s.w = w
 	s.t.Cleanup(w.Stop)
+	s.startHistory(step)
 }
 
 func (s *scenario) waitWrites(n int) {
@@ -135,6 +138,7 @@ func (s *scenario) verifyWrites(step string) (acked, lost int) {
 	if res.Lost != 0 {
 		s.t.Errorf("%s: %d of %d acknowledged puts lost, e.g. %v", step, res.Lost, res.Acked, res.LostKeys)
 	}
+	s.checkHistory(true)
 	return res.Acked, res.Lost
 }
 

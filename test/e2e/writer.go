@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -101,6 +102,30 @@ func (w *Writer) AckedUpTo(rev int64) []string {
 		}
 	}
 	return out
+}
+
+// AckedAfter lists the keys etcd acknowledged after revision rev.
+func (w *Writer) AckedAfter(rev int64) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, n := range w.acked {
+		if w.revs[n] > rev {
+			out = append(out, w.Key(n))
+		}
+	}
+	return out
+}
+
+// Revision is the revision etcd acknowledged the put of key at, 0 if none.
+func (w *Writer) Revision(key string) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := strconv.Atoi(strings.TrimPrefix(key, w.Prefix))
+	if err != nil {
+		return 0
+	}
+	return w.revs[n]
 }
 
 // Acked is how many puts were acknowledged so far.

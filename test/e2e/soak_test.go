@@ -1,0 +1,395 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcdhook/etcd-hook/test/e2e/harness"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The chaos soak: one cluster and its backups under operations chosen at
+// random from a seed, for a set time (SOAK=30m; three minutes under
+// -short, which make test passes), with invariants sampled all the while
+// (soakwatch_test.go) and the writer and the checker beside it. A failure
+// names the seed and the step: SOAK_SEED=<seed> replays the same choices.
+
+// soakOp is one kind of operation the soak makes.
+type soakOp struct {
+	name   string
+	weight int
+	// fault: the operation breaks something itself (the invariants then
+	// count one member out as the soak's, not the hook's).
+	fault bool
+	// run makes the operation; it returns what it did, for the log, and
+	// when the change is seen made (nil: at once). The soak then waits
+	// for that, and for the cluster converged at its size.
+	run func(k *soak) (string, func() (bool, string))
+}
+
+var soakOps = []soakOp{
+	{"kill -9 a member", 3, true, (*soak).killMember},
+	{"delete a member Pod", 2, true, (*soak).deletePod},
+	{"partition a member", 2, true, (*soak).partitionMember},
+	{"freeze a member", 2, true, (*soak).freezeMember},
+	{"kill the hook", 2, false, (*soak).killHook},
+	{"scale 3↔5", 2, false, (*soak).scale},
+	{"change spec.pod", 1, false, (*soak).changePod},
+	{"upgrade " + oldVersion + "→" + newVersion, 1, false, (*soak).upgrade},
+	{"defragment a member", 2, false, (*soak).defragment},
+	{"one-shot backup", 2, false, (*soak).backup},
+	{"restore a backup of this run", 1, false, (*soak).restore},
+}
+
+type soakBackup struct {
+	name     string
+	revision int64
+}
+
+// soak is one soak's state.
+type soak struct {
+	*backupScenario
+	rng     *rand.Rand
+	seed    int64
+	step    int
+	size    int
+	version string
+	cpu     int
+	// backups taken since the last restore and not restored yet (a
+	// restore from the same location again is refused without
+	// restore-again). A backup of an earlier history is not restored: the
+	// hook bumps a restored revision by a fixed 1,000,000,000, so a second
+	// restore from before the first one would come back below revisions
+	// the first one's history reached (see RELIABILITY.md, the soak).
+	backups []soakBackup
+	// highest is the highest revision the current history is known to
+	// have reached; a restore must come back above it.
+	highest int64
+	watch   *soakWatch
+	counts  map[string]int
+}
+
+func soakDuration(t *testing.T) time.Duration {
+	if v := os.Getenv("SOAK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("SOAK=%q: %v", v, err)
+		}
+		return d
+	}
+	return 3 * time.Minute
+}
+
+func soakSeed(t *testing.T) int64 {
+	if v := os.Getenv("SOAK_SEED"); v != "" {
+		seed, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("SOAK_SEED=%q: %v", v, err)
+		}
+		return seed
+	}
+	return time.Now().UnixNano()
+}
+
+func TestSoak(t *testing.T) {
+	harness.RequirePartition(t)
+	d, seed := soakDuration(t), soakSeed(t)
+	t.Logf("soak: %s, seed %d (replay with SOAK_SEED=%d SOAK=%s)", d, seed, seed, d)
+	s := newFaultScenario(t, harness.Options{Backups: true, Restores: true, ClusterCustomize: true, Kubelet: harness.KubeletConfig{PodGroups: true}})
+	k := &soak{backupScenario: newBackupScenario(s), rng: rand.New(rand.NewSource(seed)), seed: seed, size: 3, version: oldVersion, cpu: 100, counts: map[string]int{}}
+	s.createSpec("soak: create", map[string]any{"size": 3, "version": oldVersion, "pod": k.podPolicy()})
+	if t.Failed() {
+		return
+	}
+	s.startFaultWriter("soak-0")
+	k.watch = startSoakWatch(k)
+	defer k.watch.stop()
+	deadline := time.Now().Add(d)
+	for k.step = 1; time.Now().Before(deadline); k.step++ {
+		op := k.pick()
+		k.watch.setFault(op.fault)
+		started := time.Now()
+		what, done := op.run(k)
+		k.converge(op.name, done)
+		k.watch.setFault(false)
+		k.counts[op.name]++
+		t.Logf("soak step %d (seed %d): %s: %s; converged in %s", k.step, seed, op.name, what, round(time.Since(started)))
+		if v := k.watch.violations(); len(v) > 0 || t.Failed() {
+			t.Fatalf("soak: seed %d, step %d (%s): invariants broken:\n%s", seed, k.step, op.name, strings.Join(v, "\n"))
+		}
+	}
+	k.watch.stop()
+	s.waitWrites(writesAround)
+	acked, lost := s.verifyWrites(fmt.Sprintf("soak (seed %d)", seed))
+	k.report(d, acked, lost)
+}
+
+// pick chooses the next operation by weight; one that cannot run now
+// (an upgrade done, no backup to restore) is passed over.
+func (k *soak) pick() soakOp {
+	var choices []soakOp
+	total := 0
+	for _, op := range soakOps {
+		if (strings.HasPrefix(op.name, "upgrade") && k.version == newVersion) || (strings.HasPrefix(op.name, "restore") && len(k.backups) == 0) {
+			continue
+		}
+		choices = append(choices, op)
+		total += op.weight
+	}
+	n := k.rng.Intn(total)
+	for _, op := range choices {
+		if n < op.weight {
+			return op
+		}
+		n -= op.weight
+	}
+	return choices[0]
+}
+
+// converge waits for the operation's change to be seen made, then for the
+// cluster at its size, every member serving.
+func (k *soak) converge(what string, done func() (bool, string)) {
+	k.t.Helper()
+	timeout := convergeTimeout
+	if strings.HasPrefix(what, "upgrade") || strings.HasPrefix(what, "restore") || strings.HasPrefix(what, "change") {
+		timeout = 3 * time.Minute
+	}
+	if done != nil {
+		if err := k.env.WaitFor(timeout, what+": the change made", done); err != nil {
+			k.t.Fatalf("soak: seed %d, step %d (%s): %v", k.seed, k.step, what, err)
+		}
+	}
+	if _, _, err := k.c.WaitConverged(timeout, k.size); err != nil {
+		k.t.Fatalf("soak: seed %d, step %d (%s): %v", k.seed, k.step, what, err)
+	}
+}
+
+func (k *soak) member() string {
+	names := k.c.PodNames()
+	return names[k.rng.Intn(len(names))]
+}
+
+func (k *soak) killMember() (string, func() (bool, string)) {
+	victim := k.member()
+	before := k.c.MemberPods()[victim].Restarts
+	if err := k.env.Kubelet.KillContainer(ns, victim, "etcd"); err != nil {
+		k.t.Fatal(err)
+	}
+	return victim, func() (bool, string) {
+		n := k.c.MemberPods()[victim].Restarts
+		return n > before, fmt.Sprintf("%d restarts", n)
+	}
+}
+
+func (k *soak) deletePod() (string, func() (bool, string)) {
+	victim := k.member()
+	uid := k.c.MemberPods()[victim].UID
+	if err := k.env.DeletePod(ns, victim); err != nil {
+		k.t.Fatal(err)
+	}
+	return victim, func() (bool, string) {
+		for _, p := range k.c.MemberPods() {
+			if p.UID == uid {
+				return false, p.Name + " still there"
+			}
+		}
+		return true, ""
+	}
+}
+
+func (k *soak) partitionMember() (string, func() (bool, string)) {
+	victim := k.member()
+	hold := time.Duration(3+k.rng.Intn(8)) * time.Second
+	if err := k.env.Kubelet.Partition(ns, victim); err != nil {
+		k.t.Fatal(err)
+	}
+	time.Sleep(hold)
+	if err := k.env.Kubelet.Heal(ns, victim); err != nil {
+		k.t.Fatal(err)
+	}
+	return fmt.Sprintf("%s for %s", victim, hold), nil
+}
+
+func (k *soak) freezeMember() (string, func() (bool, string)) {
+	victim := k.member()
+	hold := time.Duration(3+k.rng.Intn(8)) * time.Second
+	if err := k.env.Kubelet.Pause(ns, victim, ""); err != nil {
+		k.t.Fatal(err)
+	}
+	time.Sleep(hold)
+	if err := k.env.Kubelet.Resume(ns, victim, ""); err != nil {
+		k.t.Fatal(err)
+	}
+	return fmt.Sprintf("%s for %s", victim, hold), nil
+}
+
+func (k *soak) killHook() (string, func() (bool, string)) {
+	down := time.Duration(1+k.rng.Intn(5)) * time.Second
+	if err := k.env.Hook.Kill(); err != nil {
+		k.t.Fatal(err)
+	}
+	time.Sleep(down)
+	if err := k.env.Hook.Start(k.env.Ctx()); err != nil {
+		k.t.Fatal(err)
+	}
+	return "down " + down.String(), nil
+}
+
+func (k *soak) patch(spec map[string]any) {
+	k.t.Helper()
+	if _, err := k.env.MC.MergePatchParentSpec(ns, exampleName, spec); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+func (k *soak) scale() (string, func() (bool, string)) {
+	from := k.size
+	k.size = 8 - k.size // 3 ↔ 5
+	k.patch(map[string]any{"size": k.size})
+	return fmt.Sprintf("%d → %d", from, k.size), nil
+}
+
+// podPolicy is spec.pod: the CPU request is what changePod changes, a
+// change that rolls every member.
+func (k *soak) podPolicy() map[string]any {
+	return map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": fmt.Sprintf("%dm", k.cpu)}}}
+}
+
+func (k *soak) changePod() (string, func() (bool, string)) {
+	k.cpu += 10
+	k.patch(map[string]any{"pod": k.podPolicy()})
+	want := fmt.Sprintf("%dm", k.cpu)
+	return "CPU request " + want, func() (bool, string) {
+		var old []string
+		for _, p := range k.c.MemberPods() {
+			if p.Requests["cpu"] != want || p.Terminating {
+				old = append(old, p.Name)
+			}
+		}
+		return len(old) == 0, fmt.Sprintf("not yet rolled: %v", old)
+	}
+}
+
+func (k *soak) upgrade() (string, func() (bool, string)) {
+	k.version = newVersion
+	k.patch(map[string]any{"version": newVersion})
+	return oldVersion + " → " + newVersion, func() (bool, string) {
+		_, st, _ := k.c.Parent()
+		return st.CurrentVersion == newVersion, "status.currentVersion " + st.CurrentVersion
+	}
+}
+
+func (k *soak) defragment() (string, func() (bool, string)) {
+	victim := k.member()
+	cli, err := NewClient(k.c.MemberURL(victim))
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(k.env.Ctx(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.Defragment(ctx, k.c.MemberURL(victim)); err != nil {
+		return fmt.Sprintf("%s: %v (etcd refused; not the hook's)", victim, err), nil
+	}
+	return victim, nil
+}
+
+func (k *soak) backup() (string, func() (bool, string)) {
+	name := fmt.Sprintf("soak-%d", k.step)
+	k.createBackup(name, k.s3Spec("soak/"+name+".db", "aws"), nil)
+	st := k.waitBackup(name, 90*time.Second, "the backup succeeded", func(st BackupStatus) bool { return st.Succeeded && st.LastBackup != nil })
+	k.backups = append(k.backups, soakBackup{name: name, revision: st.EtcdRevision})
+	k.highest = max(k.highest, st.EtcdRevision)
+	return fmt.Sprintf("%s at revision %d", name, st.EtcdRevision), nil
+}
+
+// restore takes the cluster back to a backup of this run. The writer and
+// the checker stop first and are checked whole (histories are
+// linearizable between restores, not across one); afterwards every write
+// acknowledged up to the backup's revision must be there, and every one
+// after it gone.
+func (k *soak) restore() (string, func() (bool, string)) {
+	i := k.rng.Intn(len(k.backups))
+	b := k.backups[i]
+	k.backups = slices.Delete(k.backups, i, i+1)
+	s := k.scenario
+	s.waitWrites(writesAround)
+	s.w.Stop()
+	k.watch.restoring(true)
+	defer k.watch.restoring(false)
+	s.checkHistory(true)
+	k.applyRestore(exampleName, map[string]any{"etcdCluster": map[string]any{"name": exampleName}, "backup": map[string]any{"name": b.name}})
+	v := k.waitRestore(exampleName, 4*time.Minute, "the restore succeeded", func(v restoreView) bool {
+		return v.Object.Succeeded && v.Cluster.Restore.Revision > 0
+	})
+	k.converge("restore", nil)
+	restored := v.Cluster.Restore.Revision
+	cli, err := NewClient(k.c.MemberURLs()...)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(k.env.Ctx(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, s.w.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	// The restored history starts above every revision the lost one
+	// reached, so no watcher is handed events of the new history under
+	// revisions it saw in the old one.
+	for _, key := range s.w.AckedAfter(0) {
+		k.highest = max(k.highest, s.w.Revision(key))
+	}
+	if resp.Header.Revision <= k.highest {
+		k.t.Errorf("soak: seed %d, step %d: restored to store revision %d, not above %d, which the history before the restore reached", k.seed, k.step, resp.Header.Revision, k.highest)
+	}
+	k.highest = resp.Header.Revision
+	k.backups = nil
+	present := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		present[string(kv.Key)] = true
+	}
+	var missing, back []string
+	for _, key := range s.w.AckedUpTo(restored) {
+		if !present[key] {
+			missing = append(missing, key)
+		}
+	}
+	for _, key := range s.w.AckedAfter(restored) {
+		if present[key] {
+			back = append(back, key)
+		}
+	}
+	if len(missing) > 0 || len(back) > 0 {
+		k.t.Errorf("soak: seed %d, step %d: restored to revision %d: %d acknowledged writes up to it missing (%v), %d after it still there (%v)",
+			k.seed, k.step, restored, len(missing), missing[:min(5, len(missing))], len(back), back[:min(5, len(back))])
+	}
+	up, after := len(s.w.AckedUpTo(restored)), len(s.w.AckedAfter(restored))
+	k.watch.newHistory()
+	s.startFaultWriter(fmt.Sprintf("soak-%d", k.step))
+	return fmt.Sprintf("%s (backup revision %d, restored at %d): %d acknowledged writes up to it present, %d after it gone", b.name, b.revision, restored, up, after), nil
+}
+
+// report prints the soak's table row for RELIABILITY.md.
+func (k *soak) report(d time.Duration, acked, lost int) {
+	var ops []string
+	total, faultCount := 0, 0
+	for _, op := range soakOps {
+		n := k.counts[op.name]
+		total += n
+		ops = append(ops, fmt.Sprintf("%s %d", op.name, n))
+		if op.fault {
+			faultCount += n
+		}
+	}
+	k.t.Logf("soak report | %s | seed %d | %d operations (%s) | %d faults | %d samples, %d anomalies | %d writes acknowledged, %d lost |",
+		d, k.seed, total, strings.Join(ops, ", "), faultCount, k.watch.samples(), len(k.watch.violations()), acked, lost)
+}
