@@ -7,7 +7,14 @@
 // "make test" runs one scenario per promise (-short); "make test-full"
 // runs the long tail too.
 //
-// It imports test/e2e/harness and internal/testenv; its tests add the
+// Beside every step's writer runs the checker (checker_test.go, with
+// test/e2e/history): linearizable histories, complete watches, members
+// that agree. soak_test.go is the chaos soak ("make soak"); and
+// operatorupgrade_test.go replaces the hook of an earlier commit, built
+// from the repository's history, by the current one.
+//
+// It imports test/e2e/harness, test/e2e/history and internal/testenv; its
+// tests add the
 // other test helpers (internal/etcdtest, s3test, tlstest, gitopstest) and
 // plan/etcdcluster for the names the hook renders. The hook itself is only
 // ever the binary.

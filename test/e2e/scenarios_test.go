@@ -44,7 +44,7 @@ type scenario struct {
 	env *harness.Env
 	c   *Cluster
 	w   *Writer
-	// h is the checker beside the writer (checker.go).
+	// h is the checker beside the writer (checker_test.go).
 	h *stepHistory
 }
 
