@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/etcdhook/etcd-hook/internal/testenv"
-	"github.com/etcdhook/etcd-hook/internal/tlstest"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
@@ -75,18 +74,7 @@ const pvcCluster = "pvc-cluster"
 func TestOperatorUpgradeRestartsNothing(t *testing.T) {
 	old := earlierHook(t)
 	current := testenv.Binary(t, testenv.Hook)
-	base := newFaultScenario(t, harness.Options{HookBinary: old, ClusterCustomize: true})
-	ca, err := tlstest.NewCA("etcd ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	app, err := ca.Issue(tlstest.LeafOptions{CommonName: "app", Usage: tlstest.Client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &tlsScenario{scenario: base, ca: ca, app: app}
-	t.Cleanup(UseClientTLS(exampleName, ns, s.clientConfig(&s.app, s.ca)))
-	s.issue()
+	s := newTLSScenario(t, harness.Options{HookBinary: old, ClusterCustomize: true})
 
 	// The clusters, as the earlier release makes them.
 	by := "by " + earlierRelease[:7]

@@ -111,8 +111,12 @@ func (s *tlsScenario) servedSerial(member string, port int) (*big.Int, error) {
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber, nil
 }
 
-func TestTLS(t *testing.T) {
-	base := newFaultScenario(t, harness.Options{ClusterCustomize: true, Backups: true})
+// newTLSScenario is a scenario whose cluster (the seed example) will run
+// with the CoreOS example's TLS Secrets, issued by a CA of its own, and
+// whose writer and checks call it with an application's certificate.
+func newTLSScenario(t *testing.T, opts harness.Options) *tlsScenario {
+	t.Helper()
+	base := newFaultScenario(t, opts)
 	ca, err := tlstest.NewCA("etcd ca")
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +128,11 @@ func TestTLS(t *testing.T) {
 	s := &tlsScenario{scenario: base, ca: ca, app: app}
 	t.Cleanup(UseClientTLS(exampleName, ns, s.clientConfig(&s.app, s.ca)))
 	s.issue()
+	return s
+}
+
+func TestTLS(t *testing.T) {
+	s := newTLSScenario(t, harness.Options{ClusterCustomize: true, Backups: true})
 
 	// Created on 3.6 and upgraded to 3.7 over TLS; a member of 3.7 is then
 	// killed and restarts with its certificates.
