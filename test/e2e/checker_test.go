@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"os"
 	"path/filepath"
@@ -31,9 +32,9 @@ import (
 
 const (
 	// historyPause is each checker client's pause between operations:
-	// three or four clients at 20 operations a second each, beside the
+	// three or four clients at 10 operations a second each, beside the
 	// writer, on the two cores the members share.
-	historyPause = 50 * time.Millisecond
+	historyPause = 100 * time.Millisecond
 	// checkTimeout bounds porcupine's search; a history it cannot decide
 	// in that time fails the step rather than pass unchecked.
 	checkTimeout = 2 * time.Minute
@@ -62,7 +63,10 @@ func (s *scenario) startHistory(step string) {
 	if s.h != nil {
 		s.checkHistory(false)
 	}
-	prefix := "/history/" + step + "/"
+	// A prefix of the step's own, numbered: a scenario may name two steps
+	// alike, and each history starts from absent keys.
+	s.histories++
+	prefix := fmt.Sprintf("/history/%s-%d/", step, s.histories)
 	// Two clients through the client Service, as applications connect,
 	// and one on each of the first and last member's URL when there are
 	// members yet (a step that creates the cluster has none).

@@ -61,7 +61,9 @@ func (s *scenario) startFaultWriter(step string) {
 	}
 	s.w = w
 	s.t.Cleanup(w.Stop)
-	s.startHistory(step)
+	if s.checked {
+		s.startHistory(step)
+	}
 }
 
 // faultWorld is what most faults must leave as it was: etcd's members by

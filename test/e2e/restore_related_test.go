@@ -177,6 +177,9 @@ func (b *backupScenario) restoreRound(round int, store string) (*Writer, int64, 
 	for _, name := range b.c.PodNames() {
 		before[name] = true
 	}
+	// Histories are linearizable between restores, not across one: the
+	// checker's is checked whole before this restore.
+	s.checkHistory(true)
 	start := time.Now()
 	b.applyRestore(exampleName, map[string]any{"etcdCluster": map[string]any{"name": exampleName}, "backup": map[string]any{"name": oneshot}})
 	obj, ok := b.env.RestoreMC.Parent(ns, exampleName)
