@@ -233,8 +233,8 @@ func echoHandler(d etcdcluster.Decision) http.Handler {
 // readingEchoHandler is the floor that also reads etcd as a steady sync
 // does, in the same request, on the hook's connections: the least any
 // hook that must read the cluster can take. Timing the read and the floor
-// apart and adding their medians understates it: a handler doing nothing
-// but the two measured 1.08 to 1.20 times the sum (see BENCHMARKS.md).
+// apart and adding their medians understates it: the hook-cost table puts
+// this floor at 1.07 to 1.14 times that sum (see BENCHMARKS.md).
 func readingEchoHandler(etcd etcdclient.Cluster, d etcdcluster.Decision) http.Handler {
 	echo := echoHandler(d)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

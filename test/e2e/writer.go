@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -117,15 +116,15 @@ func (w *Writer) AckedAfter(rev int64) []string {
 	return out
 }
 
-// Revision is the revision etcd acknowledged the put of key at, 0 if none.
-func (w *Writer) Revision(key string) int64 {
+// HighestRevision is the highest revision etcd acknowledged a put at.
+func (w *Writer) HighestRevision() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n, err := strconv.Atoi(strings.TrimPrefix(key, w.Prefix))
-	if err != nil {
-		return 0
+	var highest int64
+	for _, rev := range w.revs {
+		highest = max(highest, rev)
 	}
-	return w.revs[n]
+	return highest
 }
 
 // Acked is how many puts were acknowledged so far.
