@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +42,14 @@ type ApplyOptions struct {
 	// than missing changes. etcd requires the two together.
 	BumpRevision  uint64
 	MarkCompacted bool
+	// ReplacedRevision, if not 0, is the highest revision the history this
+	// restore replaces is known to have reached. The bump is then counted
+	// from it rather than from the snapshot's revision, when it is the
+	// higher: a snapshot older than an earlier restore would otherwise
+	// come back below revisions that restore's history handed out, and a
+	// watcher holding one would be sent events of this history instead of
+	// a compaction error. It needs BumpRevision.
+	ReplacedRevision int64
 	// Output receives the tool's stdout and stderr; default os.Stderr.
 	Output io.Writer
 	Logger *slog.Logger
@@ -79,6 +88,14 @@ func (o ApplyOptions) Validate() error {
 	}
 	if o.MarkCompacted && o.BumpRevision == 0 {
 		errs = append(errs, errors.New("--mark-compacted needs a --bump-revision above 0: etcd refuses one without the other"))
+	}
+	switch {
+	case o.ReplacedRevision < 0:
+		errs = append(errs, fmt.Errorf("--replaced-revision %d is negative", o.ReplacedRevision))
+	case o.ReplacedRevision > 0 && o.BumpRevision == 0:
+		errs = append(errs, errors.New("--replaced-revision needs a --bump-revision above 0: the bump is what lifts the store above it"))
+	case o.ReplacedRevision > 0 && uint64(o.ReplacedRevision) > math.MaxInt64-o.BumpRevision:
+		errs = append(errs, fmt.Errorf("--replaced-revision %d plus --bump-revision %d overflows etcd's 64-bit revision", o.ReplacedRevision, o.BumpRevision))
 	}
 	return errors.Join(errs...)
 }
@@ -157,7 +174,12 @@ func restoreInto(ctx context.Context, opts ApplyOptions, dataDir string, log *sl
 		args = append(args, "--initial-cluster-token", opts.InitialClusterToken)
 	}
 	if opts.BumpRevision > 0 {
-		args = append(args, "--bump-revision", strconv.FormatUint(opts.BumpRevision, 10))
+		bump, err := bumpFor(opts)
+		if err != nil {
+			return err
+		}
+		log.Info("bumping the restored revision", "bump", bump, "replacedRevision", opts.ReplacedRevision)
+		args = append(args, "--bump-revision", strconv.FormatUint(bump, 10))
 	}
 	if opts.MarkCompacted {
 		args = append(args, "--mark-compacted")
@@ -199,6 +221,32 @@ func restoreInto(ctx context.Context, opts ApplyOptions, dataDir string, log *sl
 		}
 	}
 	return nil
+}
+
+// bumpFor is the --bump-revision the tool is given: opts.BumpRevision above
+// the snapshot's revision or above opts.ReplacedRevision, whichever is the
+// higher. The snapshot's revision is read from its database, as etcdutl
+// reads it; restore-fetch verified the file before this step ran.
+func bumpFor(opts ApplyOptions) (uint64, error) {
+	if opts.ReplacedRevision == 0 {
+		return opts.BumpRevision, nil
+	}
+	fi, err := os.Stat(opts.Snapshot)
+	if err != nil {
+		return 0, fmt.Errorf("read the snapshot's revision: %w", err)
+	}
+	db, err := readSnapshotDB(opts.Snapshot, fi.Size()-trailerSize)
+	if err != nil {
+		return 0, fmt.Errorf("read the snapshot's revision: %w", err)
+	}
+	bump := opts.BumpRevision
+	if gap := opts.ReplacedRevision - db.Revision; gap > 0 {
+		bump += uint64(gap)
+	}
+	if bump > math.MaxInt64-uint64(db.Revision) {
+		return 0, fmt.Errorf("the snapshot's revision %d plus a bump of %d overflows etcd's 64-bit revision", db.Revision, bump)
+	}
+	return bump, nil
 }
 
 // tailWriter keeps the last max bytes written to it: the tool's last words,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -207,6 +208,28 @@ func TestApply(t *testing.T) {
 				}
 			})
 
+			t.Run("bump above the replaced history", func(t *testing.T) {
+				// A snapshot older than an earlier restore: the history it
+				// replaces reached far past the snapshot's revision plus the
+				// bump, and the restored store must start above that.
+				const bump, replaced = 1_000, 5_000_000_000
+				dir := t.TempDir()
+				opts, out := applyOptions(t, etcdutl, dir)
+				opts.BumpRevision, opts.MarkCompacted, opts.ReplacedRevision = bump, true, replaced
+				place(t, snapshot, opts.Snapshot)
+				if res := apply(t, opts, out); !res.Succeeded {
+					t.Fatal(res.Reason)
+				}
+				_, cli := startRestored(t, version, opts.DataDir)
+				if n, r := countKeys(t, cli); n != restoredKeys || r < replaced+bump {
+					t.Errorf("restored: %d keys at revision %d; want %d at a revision of at least %d", n, r, restoredKeys, int64(replaced+bump))
+				}
+				_, err := cli.Get(context.Background(), "/restored/", clientv3.WithRev(replaced))
+				if err == nil || !strings.Contains(err.Error(), "compacted") {
+					t.Errorf("a read at the replaced history's revision: %v, want it compacted", err)
+				}
+			})
+
 			t.Run("interrupted restore", func(t *testing.T) {
 				dir := t.TempDir()
 				opts, out := applyOptions(t, etcdutl, dir)
@@ -359,6 +382,10 @@ func TestApplyValidate(t *testing.T) {
 		{name: "no name", reason: "etcdutl would name the member \"default\"", change: func(o *ApplyOptions) { o.Name = "" }, wantErr: "--name is required"},
 		{name: "root data dir", reason: "there is no beside for /", change: func(o *ApplyOptions) { o.DataDir = "/" }, wantErr: "is a root directory"},
 		{name: "bump alone", reason: "etcd refuses --bump-revision without --mark-compacted", change: func(o *ApplyOptions) { o.BumpRevision = 10 }, wantErr: "--bump-revision needs --mark-compacted"},
+		{name: "replaced revision without a bump", reason: "the bump is what lifts the store above the replaced history", change: func(o *ApplyOptions) { o.ReplacedRevision = 10 }, wantErr: "--replaced-revision needs a --bump-revision"},
+		{name: "replaced revision that overflows", reason: "etcd's revision is an int64", change: func(o *ApplyOptions) {
+			o.BumpRevision, o.MarkCompacted, o.ReplacedRevision = 1_000_000_000, true, math.MaxInt64-10
+		}, wantErr: "overflows"},
 		{name: "compacted alone", reason: "and --mark-compacted without a bump", change: func(o *ApplyOptions) { o.MarkCompacted = true }, wantErr: "--mark-compacted needs a --bump-revision"},
 	}
 	for _, tt := range tests {

@@ -222,6 +222,12 @@ type RestoreRecord struct {
 	BackupTime *metav1.Time `json:"backupTime,omitempty"`
 	// +optional
 	RestoredAt *metav1.Time `json:"restoredAt,omitempty"`
+	// ReplacedRevision is the highest revision the replaced history was
+	// known to have reached when the seed was rendered: the seed's restore
+	// counts its revision bump from it, so that no revision handed out
+	// before is handed out again. 0 when none was known.
+	// +optional
+	ReplacedRevision int64 `json:"replacedRevision,omitempty"`
 }
 
 // ResolvedSource is one backup object: an S3 object or a file on a claim,

@@ -166,6 +166,22 @@ type BootstrapStatus struct {
 	// Restore is set when the seed member started from a snapshot.
 	// +optional
 	Restore *RestoreRecord `json:"restore,omitempty"`
+
+	// RevisionSeen is the highest store revision a member of any etcd
+	// cluster this EtcdCluster ran was seen at, rounded down to a million
+	// so that it changes once per million writes rather than on every sync.
+	// A restore starts the restored store above it (see RestoreRecord), even
+	// after every member is lost and nothing else remembers it.
+	// +optional
+	RevisionSeen int64 `json:"revisionSeen,omitempty"`
+}
+
+// GetRevisionSeen is b.RevisionSeen, or 0 for no record.
+func (b *BootstrapStatus) GetRevisionSeen() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.RevisionSeen
 }
 
 // MembersStatus lists members by readiness of their Pods.

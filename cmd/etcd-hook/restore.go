@@ -139,6 +139,7 @@ func parseApplyFlags(args []string, output io.Writer) (applyFlags, error) {
 	fs.StringVar(&f.opts.InitialClusterToken, "initial-cluster-token", "", "the restored cluster's --initial-cluster-token")
 	fs.StringVar(&f.opts.InitialAdvertisePeerURLs, "initial-advertise-peer-urls", "", "the member's peer URLs")
 	fs.Uint64Var(&f.opts.BumpRevision, "bump-revision", 0, "raise the restored revision by this much (with --mark-compacted); 0 leaves it")
+	fs.Int64Var(&f.opts.ReplacedRevision, "replaced-revision", 0, "the highest revision the replaced history reached: the bump is counted from it when it is above the snapshot's (with --bump-revision)")
 	fs.BoolVar(&f.opts.MarkCompacted, "mark-compacted", false, "mark the restored revision compacted (with --bump-revision)")
 	fs.StringVar(&f.resultFile, "result-file", "/dev/termination-log", "where the JSON result goes (the container's termination message)")
 	if err := fs.Parse(args); err != nil {

@@ -61,6 +61,8 @@ func (p *planner) bootstrapRecord() *v1beta2.BootstrapStatus {
 		return nil
 	}
 	out := *rec
+	out.RevisionSeen = max(out.RevisionSeen, c.Status.Bootstrap.GetRevisionSeen(), serviceRecord(o.Services[c.Name]).GetRevisionSeen(),
+		roundRevision(p.liveRevision()))
 	if o.Membership != nil || p.anyPodStarted(out.SeedMember) {
 		out.Bootstrapped = true
 	}
@@ -68,6 +70,45 @@ func (p *planner) bootstrapRecord() *v1beta2.BootstrapStatus {
 		out.ClusterID = strconv.FormatUint(ms.ClusterID, 16)
 	}
 	return &out
+}
+
+// revisionSeenStep is what the record's RevisionSeen is rounded down to.
+// The restore's bump (BumpRevision, a thousand times larger) covers what the
+// rounding leaves out, and the writes made after the last sync saw them.
+const revisionSeenStep = 1_000_000
+
+func roundRevision(rev int64) int64 { return rev - rev%revisionSeenStep }
+
+// liveRevision is the highest revision a member reported in this sync; 0
+// when none answered.
+func (p *planner) liveRevision() int64 {
+	var rev int64
+	if ms := p.o.Membership; ms != nil {
+		for _, m := range ms.Members {
+			rev = max(rev, m.Revision)
+		}
+	}
+	return rev
+}
+
+// replacedRevision is the highest revision the etcd clusters this
+// EtcdCluster ran are known to have reached: a restore is lifted above it.
+func (p *planner) replacedRevision() int64 {
+	rev := p.liveRevision()
+	if p.rec != nil {
+		rev = max(rev, p.rec.RevisionSeen)
+	}
+	return rev
+}
+
+// newRecord is a record for another etcd cluster of this EtcdCluster: it
+// keeps the revisions every earlier one was seen at.
+func (p *planner) newRecord(rec v1beta2.BootstrapStatus) *v1beta2.BootstrapStatus {
+	rec.RevisionSeen = max(rec.RevisionSeen, roundRevision(p.liveRevision()))
+	if p.rec != nil {
+		rec.RevisionSeen = max(rec.RevisionSeen, p.rec.RevisionSeen)
+	}
+	return &rec
 }
 
 // newerRecord merges the status's record with the Service's copy. They

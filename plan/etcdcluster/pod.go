@@ -60,7 +60,7 @@ func (p *planner) memberPod(name, initialCluster, state string) *corev1.Pod {
 	if rec := p.rec; rec != nil && rec.Restore != nil && name == rec.SeedMember {
 		in.initialCluster, in.state = name+"="+p.addresses().PeerURL(name), "new"
 		pod = renderMemberPod(in)
-		p.addRestoreSteps(pod, in, rec.Restore.Source, rec.Restore.Request)
+		p.addRestoreSteps(pod, in, rec.Restore.Source, rec.Restore.Request, rec.Restore.ReplacedRevision)
 	}
 	return pod
 }

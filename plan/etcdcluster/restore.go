@@ -103,10 +103,15 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 
 	case fetch.verified:
 		// Commit: from this sync on, the restored cluster is the cluster.
-		rec := &v1beta2.BootstrapStatus{SeedMember: seed, Restore: &v1beta2.RestoreRecord{
+		replaced := seedReplacedRevision(pod)
+		rec := p.newRecord(v1beta2.BootstrapStatus{SeedMember: seed, Restore: &v1beta2.RestoreRecord{
 			Request: req.id, Origin: req.origin, Source: req.source,
 			Revision: status.Revision, EtcdVersion: status.EtcdVersion, BackupTime: status.BackupTime, RestoredAt: fetch.at,
-		}}
+			ReplacedRevision: replaced,
+		}})
+		// The restored history starts there: a restore after it, even
+		// one before any of its members was seen, must start above it.
+		rec.RevisionSeen = max(rec.RevisionSeen, roundRevision(restoredRevision(p.spec.Version, status.Revision, replaced)))
 		if fetch.result.SHA256 != "" {
 			rec.Restore.Source.SHA256 = fetch.result.SHA256
 		}

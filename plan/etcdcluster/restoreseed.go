@@ -3,6 +3,7 @@ package etcdcluster
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,13 +39,54 @@ const (
 	restoreSnapshot     = dataMount + "/restore/snapshot.db"
 	agentBinary         = "/etcd-hook"
 
-	// BumpRevision is added to the snapshot's revision, so that a client
-	// that saw a later revision of the lost cluster (a watcher such as
-	// kube-apiserver) never sees revisions go backwards; the gap is marked
-	// compacted, so such a watcher is told to re-list instead of waiting
-	// for revisions that will never come.
+	// BumpRevision lifts the restored store above every revision the
+	// history it replaces handed out, so that a client that saw one (a
+	// watcher such as kube-apiserver) never sees revisions go backwards or
+	// gets events of another history under a revision it knows; the gap is
+	// marked compacted, so such a watcher is told to re-list instead of
+	// waiting for revisions that will never come.
+	//
+	// It is counted from the snapshot's revision or from the highest
+	// revision the hook knows the replaced history reached (the members'
+	// in this sync, or the bootstrap record's RevisionSeen), whichever is
+	// the higher: a snapshot taken before an earlier restore is older than
+	// that restore's whole history. The bump itself covers what the hook
+	// cannot know: the writes after it last saw the members.
 	BumpRevision = 1_000_000_000
+
+	// AnnotationReplacedRevision on a restore's seed Pod is the replaced
+	// revision its restore step was given. The Pod is rendered once; when
+	// the restore is committed, the record keeps the value, so that the
+	// seed rendered again restores exactly as the first one would have.
+	AnnotationReplacedRevision = v1beta2.Group + "/replaced-revision"
 )
+
+// bumpsRevision: --bump-revision and --mark-compacted came with etcd 3.5.10.
+func bumpsRevision(version string) bool {
+	v, _ := parseVersion(strings.TrimPrefix(version, "v"))
+	return !v.less(semver{3, 5, 10})
+}
+
+// restoredRevision is the revision the store restored from a snapshot at
+// snapshot starts at, given the replaced history's revision.
+func restoredRevision(version string, snapshot, replaced int64) int64 {
+	if !bumpsRevision(version) {
+		return snapshot
+	}
+	return max(snapshot, replaced) + BumpRevision
+}
+
+// seedReplacedRevision is what a restore's seed Pod was rendered with.
+func seedReplacedRevision(pod *corev1.Pod) int64 {
+	if pod == nil {
+		return 0
+	}
+	rev, err := strconv.ParseInt(pod.Annotations[AnnotationReplacedRevision], 10, 64)
+	if err != nil || rev < 0 {
+		return 0
+	}
+	return rev
+}
 
 // DefaultAgentImage is used when the hook was not told its own image.
 const DefaultAgentImage = "ghcr.io/etcdhook/etcd-hook:latest"
@@ -62,12 +104,12 @@ func (p *planner) restoreSeedPod(seed string, req *restoreRequest) *corev1.Pod {
 		state:          "new", seed: seed, token: token,
 	}
 	pod := renderMemberPod(in)
-	p.addRestoreSteps(pod, in, req.source, req.id)
+	p.addRestoreSteps(pod, in, req.source, req.id, p.replacedRevision())
 	return pod
 }
 
 // addRestoreSteps adds the init containers and volumes that restore src.
-func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta2.ResolvedSource, request string) {
+func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta2.ResolvedSource, request string, replaced int64) {
 	version := strings.TrimPrefix(in.spec.Version, "v")
 	peer := p.addresses().PeerURL(in.name)
 	image := p.o.AgentImage
@@ -130,9 +172,13 @@ func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta
 		"--initial-cluster-token="+in.token,
 		"--initial-advertise-peer-urls="+peer,
 	)
-	// --bump-revision and --mark-compacted came with etcd 3.5.10.
-	if !v.less(semver{3, 5, 10}) {
+	if bumpsRevision(version) {
 		apply = append(apply, fmt.Sprintf("--bump-revision=%d", BumpRevision), "--mark-compacted")
+		// Left out when 0, so that seeds rendered before the flag existed
+		// render the same.
+		if replaced > 0 {
+			apply = append(apply, fmt.Sprintf("--replaced-revision=%d", replaced))
+		}
 	}
 	apply = append(apply, "--result-file="+corev1.TerminationMessagePathDefault)
 
@@ -167,6 +213,9 @@ func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta
 	}
 	pod.Spec.Volumes = append(pod.Spec.Volumes, volumes...)
 	pod.Annotations[AnnotationRestoreRequest] = request
+	if replaced > 0 && bumpsRevision(version) {
+		pod.Annotations[AnnotationReplacedRevision] = strconv.FormatInt(replaced, 10)
+	}
 }
 
 type fetchState struct {

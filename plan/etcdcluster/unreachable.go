@@ -33,12 +33,12 @@ func (p *planner) withoutMembership() Decision {
 	switch {
 	case recreate:
 		lostSeed = p.rec.SeedMember
-		p.rec = &v1beta2.BootstrapStatus{SeedMember: p.recreatedSeed(lostSeed), RecreatedFrom: lostSeed}
+		p.rec = p.newRecord(v1beta2.BootstrapStatus{SeedMember: p.recreatedSeed(lostSeed), RecreatedFrom: lostSeed})
 	case fresh && p.rec == nil:
 		// Also while waiting for a restore: the peer Service then carries
 		// a record, and is never taken for one an earlier hook version
 		// rendered (see earlierVersionEvidence).
-		p.rec = &v1beta2.BootstrapStatus{SeedMember: p.seed()}
+		p.rec = p.newRecord(v1beta2.BootstrapStatus{SeedMember: p.seed()})
 	}
 
 	children := p.commonChildren()

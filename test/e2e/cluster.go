@@ -229,6 +229,10 @@ type ParentStatus struct {
 		Bootstrapped  bool   `json:"bootstrapped"`
 		ClusterID     string `json:"clusterID"`
 		RecreatedFrom string `json:"recreatedFrom"`
+		RevisionSeen  int64  `json:"revisionSeen"`
+		Restore       *struct {
+			Request string `json:"request"`
+		} `json:"restore"`
 	} `json:"bootstrap"`
 	Conditions []struct {
 		Type    string `json:"type"`

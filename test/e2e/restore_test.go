@@ -216,6 +216,10 @@ func TestRestore(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	b.restoredAgainFromBefore(backup)
+	if t.Failed() {
+		return
+	}
 	b.bornFromBackup(backup)
 }
 
@@ -372,7 +376,7 @@ func (b *backupScenario) disaster(backup BackupStatus) {
 			t.Errorf("disaster: the watcher saw revision %d after the restore, having seen %d before", r, maxSeen)
 		}
 	}
-	b.resumedWatchIsCompacted(cli, maxSeen)
+	b.resumedWatchIsCompacted(cli, maxSeen, "disaster")
 	// The README's exactly-once rule: the EtcdRestore deleted and the same
 	// manifest applied again (a new UID, the same backup) restores nothing.
 	members := b.world(b.c.PodNames())
@@ -385,13 +389,79 @@ func (b *backupScenario) disaster(backup BackupStatus) {
 		backup.LastBackup.Location, restored, took.Round(100*time.Millisecond), len(want), maxSeen, watch.seen()[len(seenBefore):])
 }
 
+// restoredAgainFromBefore restores the same backup once more, on purpose
+// (restore-again), over the cluster the first restore made. Its snapshot
+// is older than that cluster's whole history, which began at the
+// snapshot's revision plus the bump: the second restore must start above
+// everything that history handed out, and a watch resumed from its last
+// revision must be told it is compacted, never handed events of the new
+// history under revisions it knows. (A bump counted from the snapshot
+// alone, as before, came back where the first restore began; the soak
+// found it.)
+func (b *backupScenario) restoredAgainFromBefore(backup BackupStatus) {
+	t := b.t
+	cli, err := NewClient(b.c.ServiceURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(b.env.Ctx(), 30*time.Second)
+	defer cancel()
+	// Some history on the restored cluster, and its highest revision.
+	var highest int64
+	for i := range 20 {
+		resp, err := cli.Put(ctx, fmt.Sprintf("%sfirst-restored/%02d", b.w.Prefix, i), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		highest = resp.Header.Revision
+	}
+	first := b.restoreView(exampleName)
+	_, st, _ := b.c.Parent()
+	if st.Bootstrap.Restore == nil {
+		t.Fatalf("restored again: the record names no restore: %+v", st.Bootstrap)
+	}
+	if _, err := b.env.RestoreMC.AnnotateParent(ns, exampleName, "etcd.database.coreos.com/restore-again", st.Bootstrap.Restore.Request); err != nil {
+		t.Fatal(err)
+	}
+	v := b.waitRestore(exampleName, 3*time.Minute, "the backup restored again", func(v restoreView) bool {
+		return v.Cluster.Restore.Request != st.Bootstrap.Restore.Request && v.Cluster.Restore.Phase == "Completed" && v.Object.Succeeded
+	})
+	if _, _, err := b.c.WaitConverged(convergeTimeout, 3); err != nil {
+		t.Fatal(err)
+	}
+	after, err := NewClient(b.c.ServiceURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	resp, err := after.Get(ctx, b.w.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Header.Revision <= highest {
+		t.Errorf("restored again: the store is at revision %d, not above %d, which the first restore's history reached", resp.Header.Revision, highest)
+	}
+	want, missing := ackedMissing(t, after, b.w, v.Cluster.Restore.Revision)
+	if len(want) == 0 || len(missing) > 0 {
+		t.Errorf("restored again: %d writes acknowledged up to revision %d, %d missing: %v", len(want), v.Cluster.Restore.Revision, len(missing), missing[:min(len(missing), 5)])
+	}
+	if n, err := after.Get(ctx, b.w.Prefix+"first-restored/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || n.Count != 0 {
+		t.Errorf("restored again: the first restored history's writes: %v, %v; want none", n, err)
+	}
+	b.resumedWatchIsCompacted(after, highest, "restored again")
+	_, st, _ = b.c.Parent()
+	t.Logf("restored again from %s (snapshot revision %d): the first restore's history reached %d (it began near %d), the second starts at %d; the record has seen %d",
+		backup.LastBackup.Location, v.Cluster.Restore.Revision, highest, first.Cluster.Restore.Revision+1_000_000_000, resp.Header.Revision, st.Bootstrap.RevisionSeen)
+}
+
 // resumedWatchIsCompacted: a watch resumed after the restore from a
 // revision of the lost history (the one after the last its watcher saw)
 // is refused with a compaction error and gets no event: the restore bumped
 // the revision above everything the old history reached and marked the
 // bump compacted, so no client can be handed events of the new history
 // under revisions it already saw from the old one.
-func (b *backupScenario) resumedWatchIsCompacted(cli *clientv3.Client, lastSeen int64) {
+func (b *backupScenario) resumedWatchIsCompacted(cli *clientv3.Client, lastSeen int64, what string) {
 	t := b.t
 	t.Helper()
 	w := history.StartWatch(b.env.Ctx(), cli, b.w.Prefix, lastSeen+1)
@@ -400,12 +470,12 @@ func (b *backupScenario) resumedWatchIsCompacted(cli *clientv3.Client, lastSeen 
 	})
 	events, _ := w.Stop()
 	if err != nil {
-		t.Errorf("disaster: a watch resumed from revision %d, before the restore: %v", lastSeen+1, err)
+		t.Errorf("%s: a watch resumed from revision %d, before the restore: %v", what, lastSeen+1, err)
 	}
 	if len(events) != 0 {
-		t.Errorf("disaster: a watch resumed from revision %d, before the restore, got %d events of the new history: %+v", lastSeen+1, len(events), events[:min(len(events), 3)])
+		t.Errorf("%s: a watch resumed from revision %d, before the restore, got %d events of the new history: %+v", what, lastSeen+1, len(events), events[:min(len(events), 3)])
 	}
-	t.Logf("disaster: a watch resumed from revision %d got a compaction error at revision %d, and no event", lastSeen+1, w.Compacted())
+	t.Logf("%s: a watch resumed from revision %d got a compaction error at revision %d, and no event", what, lastSeen+1, w.Compacted())
 }
 
 // bornFromBackup: a new EtcdCluster whose spec names the backup starts

@@ -51,6 +51,8 @@ var soakOps = []soakOp{
 type soakBackup struct {
 	name     string
 	revision int64
+	// writer is the writer of the history the backup was taken in.
+	writer *Writer
 }
 
 // soak is one soak's state.
@@ -62,18 +64,22 @@ type soak struct {
 	size    int
 	version string
 	cpu     int
-	// backups taken since the last restore and not restored yet (a
-	// restore from the same location again is refused without
-	// restore-again). A backup of an earlier history is not restored: the
-	// hook bumps a restored revision by a fixed 1,000,000,000, so a second
-	// restore from before the first one would come back below revisions
-	// the first one's history reached (see RELIABILITY.md, the soak).
+	// backups of this run not restored yet (a restore from the same
+	// location again is refused without restore-again), of any history:
+	// a backup taken before an earlier restore must come back above every
+	// revision that restore's history reached too.
 	backups []soakBackup
-	// highest is the highest revision the current history is known to
+	// writers are the writers of every history so far, the current one
+	// last.
+	writers []*Writer
+	// highest is the highest revision any history of the run is known to
 	// have reached; a restore must come back above it.
 	highest int64
-	watch   *soakWatch
-	counts  map[string]int
+	// restores counts them; olderRestores those from a history before the
+	// current one.
+	restores, olderRestores int
+	watch                   *soakWatch
+	counts                  map[string]int
 }
 
 func soakDuration(t *testing.T) time.Duration {
@@ -110,6 +116,7 @@ func TestSoak(t *testing.T) {
 		return
 	}
 	s.startFaultWriter("soak-0")
+	k.writers = []*Writer{s.w}
 	k.watch = startSoakWatch(k)
 	defer k.watch.stop()
 	deadline := time.Now().Add(d)
@@ -306,16 +313,17 @@ func (k *soak) backup() (string, func() (bool, string)) {
 	name := fmt.Sprintf("soak-%d", k.step)
 	k.createBackup(name, k.s3Spec("soak/"+name+".db", "aws"), nil)
 	st := k.waitBackup(name, 90*time.Second, "the backup succeeded", func(st BackupStatus) bool { return st.Succeeded && st.LastBackup != nil })
-	k.backups = append(k.backups, soakBackup{name: name, revision: st.EtcdRevision})
+	k.backups = append(k.backups, soakBackup{name: name, revision: st.EtcdRevision, writer: k.scenario.w})
 	k.highest = max(k.highest, st.EtcdRevision)
 	return fmt.Sprintf("%s at revision %d", name, st.EtcdRevision), nil
 }
 
-// restore takes the cluster back to a backup of this run. The writer and
-// the checker stop first and are checked whole (histories are
-// linearizable between restores, not across one); afterwards every write
-// acknowledged up to the backup's revision must be there, and every one
-// after it gone.
+// restore takes the cluster back to a backup of this run, of this history
+// or an earlier one. The writer and the checker stop first and are checked
+// whole (histories are linearizable between restores, not across one);
+// afterwards every write the backup's history acknowledged up to its
+// revision must be there, and every one after it gone, as must every write
+// of the histories after it.
 func (k *soak) restore() (string, func() (bool, string)) {
 	i := k.rng.Intn(len(k.backups))
 	b := k.backups[i]
@@ -350,19 +358,26 @@ func (k *soak) restore() (string, func() (bool, string)) {
 	if resp.Header.Revision <= k.highest {
 		k.t.Errorf("soak: seed %d, step %d: restored to store revision %d, not above %d, which the history before the restore reached", k.seed, k.step, resp.Header.Revision, k.highest)
 	}
-	k.highest = resp.Header.Revision
-	k.backups = nil
+	k.highest = max(k.highest, resp.Header.Revision)
 	present := map[string]bool{}
 	for _, kv := range resp.Kvs {
 		present[string(kv.Key)] = true
 	}
+	// The backup's history up to its revision; after it, that history's
+	// later writes and every later history's.
+	kept := b.writer.AckedUpTo(restored)
+	gone := b.writer.AckedAfter(restored)
+	later := slices.Index(k.writers, b.writer) + 1
+	for _, w := range k.writers[later:] {
+		gone = append(gone, w.AckedAfter(0)...)
+	}
 	var missing, back []string
-	for _, key := range s.w.AckedUpTo(restored) {
+	for _, key := range kept {
 		if !present[key] {
 			missing = append(missing, key)
 		}
 	}
-	for _, key := range s.w.AckedAfter(restored) {
+	for _, key := range gone {
 		if present[key] {
 			back = append(back, key)
 		}
@@ -371,10 +386,16 @@ func (k *soak) restore() (string, func() (bool, string)) {
 		k.t.Errorf("soak: seed %d, step %d: restored to revision %d: %d acknowledged writes up to it missing (%v), %d after it still there (%v)",
 			k.seed, k.step, restored, len(missing), missing[:min(5, len(missing))], len(back), back[:min(5, len(back))])
 	}
-	up, after := len(s.w.AckedUpTo(restored)), len(s.w.AckedAfter(restored))
+	histories := len(k.writers) - later + 1
 	k.watch.newHistory()
 	s.startFaultWriter(fmt.Sprintf("soak-%d", k.step))
-	return fmt.Sprintf("%s (backup revision %d, restored at %d): %d acknowledged writes up to it present, %d after it gone", b.name, b.revision, restored, up, after), nil
+	k.writers = append(k.writers, s.w)
+	k.restores++
+	if histories > 1 {
+		k.olderRestores++
+	}
+	return fmt.Sprintf("%s (backup revision %d, %d histories back, restored at %d, store at %d): %d acknowledged writes up to it present, %d after it gone",
+		b.name, b.revision, histories-1, restored, resp.Header.Revision, len(kept), len(gone)), nil
 }
 
 // report prints the soak's table row for RELIABILITY.md.
@@ -389,6 +410,6 @@ func (k *soak) report(d time.Duration, acked, lost int) {
 			faultCount += n
 		}
 	}
-	k.t.Logf("soak report | %s | seed %d | %d operations (%s) | %d faults | %d samples, %d anomalies | %d writes acknowledged, %d lost |",
-		d, k.seed, total, strings.Join(ops, ", "), faultCount, k.watch.samples(), len(k.watch.violations()), acked, lost)
+	k.t.Logf("soak report | %s | seed %d | %d operations (%s) | %d faults | %d restores, %d of an earlier history | %d samples, %d anomalies | %d writes acknowledged, %d lost |",
+		d, k.seed, total, strings.Join(ops, ", "), faultCount, k.restores, k.olderRestores, k.watch.samples(), len(k.watch.violations()), acked, lost)
 }
