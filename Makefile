@@ -90,32 +90,36 @@ test-full: ## make test, plus the monitoring objects and every e2e scenario (the
 # The tools only the later steps need (kube-apiserver, kubectl, Helm, and
 # promtool for the monitoring step) take about 9 minutes of a fresh
 # machine's two cores to build, and the e2e step leaves those cores mostly
-# idle while it waits on etcd. So they are built in the background from the
-# first step on, at the lowest CPU and I/O priority (nice 19, ionice idle),
-# which takes only what the steps leave; the apiserver step waits for them.
-# They are built by name, never through kube-bins, whose etcd the etcd-bins
-# step builds in the foreground. The background build is its own process
-# group (setsid), stopped with its go builds if a step fails.
+# idle while it waits on etcd. So they are built in the background while
+# the e2e step runs, at the lowest CPU and I/O priority (nice 19, ionice
+# idle), which takes what the scenarios leave; the apiserver step waits for
+# them. Not from the first step on: lint and the unit tests keep both cores
+# busy, so the build gained nothing there, and its disk writes (ionice is
+# ignored by most I/O schedulers) slowed a defragmentation test past its
+# wait. They are built by name, never through kube-bins, whose etcd the
+# etcd-bins step builds in the foreground. The background build is its own
+# process group (setsid), stopped with its go builds if a step fails.
 BACKGROUND_TOOLS = $(KUBE_APISERVER_BIN) $(KUBECTL_BIN) helm $(if $(MONITORING),promtool)
 BACKGROUND_LOG := $(BIN_DIR)/.background-tools.log
 
 .PHONY: test-full test-steps
 test-steps:
 	@mkdir -p $(BIN_DIR); \
-	echo "==> background: $(MAKE) kube-check-versions $(BACKGROUND_TOOLS) (nice 19, ionice idle; log: $(BACKGROUND_LOG))"; \
-	setsid nice -n 19 ionice -c 3 $(MAKE) kube-check-versions $(BACKGROUND_TOOLS) </dev/null >$(BACKGROUND_LOG) 2>&1 & bg=$$!; \
-	trap 'kill -- -$$bg 2>/dev/null || true' EXIT; \
-	started=$$(date +%s); \
 	echo "==> lint";             $(MAKE) lint; \
 	echo "==> verify-manifests"; $(MAKE) verify-manifests; \
 	echo "==> etcd-bins";        $(MAKE) etcd-bins; \
 	echo "==> unit";             $(MAKE) unit; \
+	$(MAKE) $(E2E_DEPS); \
+	echo "==> background: $(MAKE) kube-check-versions $(BACKGROUND_TOOLS) (nice 19, ionice idle; log: $(BACKGROUND_LOG))"; \
+	setsid nice -n 19 ionice -c 3 $(MAKE) kube-check-versions $(BACKGROUND_TOOLS) </dev/null >$(BACKGROUND_LOG) 2>&1 & bg=$$!; \
+	trap 'kill -- -$$bg 2>/dev/null || true' EXIT; \
+	started=$$(date +%s); \
 	echo "==> $(E2E)";           $(MAKE) $(E2E); \
 	echo "==> background: waiting for the tools"; \
 	waited=$$(date +%s); rc=0; wait $$bg || rc=$$?; trap - EXIT; \
 	sed 's/^/    /' $(BACKGROUND_LOG); \
 	if [ $$rc -ne 0 ]; then echo "background tool build failed (exit $$rc); its log is above" >&2; exit 1; fi; \
-	echo "    waited $$(( $$(date +%s) - waited ))s for them, $$(( $$(date +%s) - started ))s after the first step began"; \
+	echo "    waited $$(( $$(date +%s) - waited ))s for them, $$(( $$(date +%s) - started ))s after the e2e step began"; \
 	echo "==> kube-bins";          $(MAKE) kube-bins; \
 	echo "==> apiserver";          $(MAKE) test-apiserver; \
 	echo "==> charts";             $(MAKE) test-charts; \

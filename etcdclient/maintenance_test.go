@@ -65,19 +65,34 @@ func leaderOf(ms *membership.Membership) membership.Member {
 }
 
 // waitMembership reads until every member satisfies ok, or fails.
+//
+// A member busy with maintenance (a defragmentation holds its backend)
+// may not answer at all for a while: a read that fails is tried again
+// until the deadline, and only the last failure fails the test.
 func waitMembership(t *testing.T, c etcdclient.Cluster, what string, ok func(membership.Member) bool) *membership.Membership {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		ms := readMembership(t, c)
-		if !slices.ContainsFunc(ms.Members, func(m membership.Member) bool { return !ok(m) }) {
+		ms, err := tryMembership(c)
+		if err == nil && !slices.ContainsFunc(ms.Members, func(m membership.Member) bool { return !ok(m) }) {
 			return ms
 		}
 		if time.Now().After(deadline) {
+			if err != nil {
+				t.Fatalf("members never %s: the last read failed: %v", what, err)
+			}
 			t.Fatalf("members never %s: %+v", what, ms.Members)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// tryMembership is readMembership that returns its error.
+func tryMembership(c etcdclient.Cluster) (*membership.Membership, error) {
+	if _, err := c.Membership(context.Background()); err != nil {
+		return nil, err
+	}
+	return c.Confirm(context.Background())
 }
 
 // waitWholeMembership is waitMembership for a condition on the members
@@ -86,11 +101,14 @@ func waitWholeMembership(t *testing.T, c etcdclient.Cluster, what string, ok fun
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		ms := readMembership(t, c)
-		if ok(ms) {
+		ms, err := tryMembership(c)
+		if err == nil && ok(ms) {
 			return ms
 		}
 		if time.Now().After(deadline) {
+			if err != nil {
+				t.Fatalf("members never %s: the last read failed: %v", what, err)
+			}
 			t.Fatalf("members never %s: %+v", what, ms.Members)
 		}
 		time.Sleep(200 * time.Millisecond)

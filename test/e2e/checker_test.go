@@ -170,8 +170,8 @@ func (s *scenario) checkHistory(full bool) {
 			agreed = "every member alike"
 		}
 	}
-	s.t.Logf("%s: checker: %d operations (%d failed, %d of unknown outcome): %s; watch: %d events, reopened %d times, %s; HashKV and cluster ID: %s",
-		h.step, len(ops), failed, v.Unknown, v.Result, len(events), reopened, replayed, agreed)
+	s.t.Logf("%s: checker: %d operations (%d failed, %d of unknown outcome, %d refused with NOSPACE): %s; watch: %d events, reopened %d times, %s; HashKV and cluster ID: %s",
+		h.step, len(ops), failed, v.Unknown, v.Refused, v.Result, len(events), reopened, replayed, agreed)
 }
 
 func lastRevision(events []history.Event, none int64) int64 {

@@ -61,9 +61,7 @@ func (s *scenario) startFaultWriter(step string) {
 	}
 	s.w = w
 	s.t.Cleanup(w.Stop)
-	if s.checked {
-		s.startHistory(step)
-	}
+	s.startChecker(step)
 }
 
 // faultWorld is what most faults must leave as it was: etcd's members by

@@ -75,12 +75,11 @@ func TestOperatorUpgradeRestartsNothing(t *testing.T) {
 	old := earlierHook(t)
 	current := testenv.Binary(t, testenv.Hook)
 	s := newTLSScenario(t, harness.Options{HookBinary: old, ClusterCustomize: true})
-	s.checked = true
 
 	// The clusters, as the earlier release makes them.
 	by := "by " + earlierRelease[:7]
 	s.createSpec("TLS on emptyDir, "+by, map[string]any{"size": 3, "version": faultVersion, "TLS": tlsSpec})
-	p := &scenario{t: t, env: s.env, c: &Cluster{Env: s.env, Namespace: ns, Name: pvcCluster}, checked: true}
+	p := &scenario{t: t, env: s.env, c: &Cluster{Env: s.env, Namespace: ns, Name: pvcCluster}}
 	p.startWriter("pvc")
 	if _, err := s.env.MC.CreateParent(ns, pvcCluster, map[string]any{"size": 3, "version": faultVersion, "pod": map[string]any{
 		"persistentVolumeClaimSpec": map[string]any{"accessModes": []string{"ReadWriteOnce"}, "resources": map[string]any{"requests": map[string]any{"storage": "1Gi"}}},

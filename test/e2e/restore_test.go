@@ -195,7 +195,6 @@ func (w *revisionWatch) stop() {
 // cluster, on one environment.
 func TestRestore(t *testing.T) {
 	s := newFaultScenario(t, harness.Options{Backups: true, Restores: true, ClusterCustomize: true})
-	s.checked = true
 	s.create("setup", faultVersion, 3)
 	if t.Failed() {
 		return

@@ -109,7 +109,6 @@ func TestSoak(t *testing.T) {
 	d, seed := soakDuration(t), soakSeed(t)
 	t.Logf("soak: %s, seed %d (replay with SOAK_SEED=%d SOAK=%s)", d, seed, seed, d)
 	s := newFaultScenario(t, harness.Options{Backups: true, Restores: true, ClusterCustomize: true, Kubelet: harness.KubeletConfig{PodGroups: true}})
-	s.checked = true
 	k := &soak{backupScenario: newBackupScenario(s), rng: rand.New(rand.NewSource(seed)), seed: seed, size: 3, version: oldVersion, cpu: 100, counts: map[string]int{}}
 	s.createSpec("soak: create", map[string]any{"size": 3, "version": oldVersion, "pod": k.podPolicy()})
 	if t.Failed() {

@@ -27,7 +27,13 @@ type KubeletConfig struct {
 	Dir    string // root of pod, volume and log directories (required)
 
 	// MaxGracePeriod caps terminationGracePeriodSeconds and
-	// deletionGracePeriodSeconds, 30 s by default in Kubernetes [5s].
+	// deletionGracePeriodSeconds, 30 s by default in Kubernetes [15s]. The
+	// cap only shortens waits for a process that ignores SIGTERM (a frozen
+	// member); it must stay above what etcd itself takes to stop cleanly.
+	// With a client's watch open, etcd drains its client servers for its
+	// request timeout (5 s plus two election timeouts: 7 s by default)
+	// before it stops raft and logs its leadership step; a cap of 5 s
+	// killed members mid-stop, which a real kubelet's 30 s never does.
 	MaxGracePeriod time.Duration
 	// ProbePeriodMax caps a probe's periodSeconds (default 10 s) [1s].
 	ProbePeriodMax time.Duration
@@ -57,7 +63,7 @@ type KubeletConfig struct {
 
 func (c *KubeletConfig) defaults() {
 	if c.MaxGracePeriod == 0 {
-		c.MaxGracePeriod = 5 * time.Second
+		c.MaxGracePeriod = 15 * time.Second
 	}
 	if c.ProbePeriodMax == 0 {
 		c.ProbePeriodMax = time.Second

@@ -30,6 +30,7 @@ const never = math.MaxInt64
 type Verdict struct {
 	Operations int
 	Unknown    int // writes whose outcome the client never learnt
+	Refused    int // writes refused with NOSPACE: applied in their call, or not at all
 	// Result is porcupine's: Ok, Illegal, or Unknown when the search ran
 	// out of time.
 	Result porcupine.CheckResult
@@ -59,6 +60,9 @@ func Check(ops []Operation, timeout time.Duration, dir string) Verdict {
 	for _, op := range ops {
 		if op.Output.Unknown {
 			v.Unknown++
+		}
+		if op.Output.Refused {
+			v.Refused++
 		}
 		history = append(history, porcupine.Operation{ClientId: op.Client, Input: op.Input, Output: op.Output, Call: op.Call, Return: op.Return})
 	}

@@ -20,7 +20,10 @@ func cas(from, to string) Input { return Input{Kind: OpCAS, Expect: from, Value:
 func del() Input                { return Input{Kind: OpDelete} }
 func read(v string) Output      { return Output{Value: v} }
 
-var ok = Output{}
+var (
+	ok      = Output{}
+	refused = Output{Refused: true}
+)
 
 func TestCheck(t *testing.T) {
 	tests := []struct {
@@ -58,6 +61,33 @@ func TestCheck(t *testing.T) {
 			op(0, 0, 10, put("a"), ok),
 			op(1, 20, never, put("b"), Output{Unknown: true}),
 			op(2, 40, 50, get(), read("a")),
+		}, porcupine.Ok},
+		{"a refused write (NOSPACE) may have been applied in its call: etcd applies the one that crosses the quota", []Operation{
+			op(0, 0, 10, put("a"), ok),
+			op(1, 20, 30, put("b"), refused),
+			op(2, 40, 50, get(), read("b")),
+		}, porcupine.Ok},
+		{"a refused write may not have been applied", []Operation{
+			op(0, 0, 10, put("a"), ok),
+			op(1, 20, 30, put("b"), refused),
+			op(2, 40, 50, get(), read("a")),
+		}, porcupine.Ok},
+		{"a refused write never takes effect after etcd answered", []Operation{
+			op(0, 0, 10, put("a"), ok),
+			op(1, 20, 30, put("b"), refused),
+			op(2, 40, 50, get(), read("a")),
+			op(2, 60, 70, get(), read("b")),
+		}, porcupine.Illegal},
+		{"a refused CAS applies only on the value it expects", []Operation{
+			op(0, 0, 10, put("a"), ok),
+			op(1, 20, 30, cas("x", "b"), refused),
+			op(2, 40, 50, get(), read("b")),
+		}, porcupine.Illegal},
+		{"a refused delete may have removed the key", []Operation{
+			op(0, 0, 10, put("a"), ok),
+			op(1, 20, 30, del(), refused),
+			op(2, 40, 50, get(), read("")),
+			op(2, 60, 70, get(), read("")),
 		}, porcupine.Ok},
 		{"a value never written is never read", []Operation{
 			op(0, 0, 10, put("a"), ok),

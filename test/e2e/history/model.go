@@ -33,9 +33,17 @@ type Input struct {
 }
 
 // Output is what etcd answered. Unknown is a write whose outcome the
-// client never learnt (an error or a timeout): it may have been applied.
+// client never learnt (an error or a timeout): it may have been applied,
+// at any time from its call on, so it is recorded as never returning.
+// Refused is a write etcd answered with an error it gives both for a
+// write it did not apply and for one it did: NOSPACE, which etcd returns
+// for the write that crosses the space quota after applying it, and for
+// every write after that without applying it. Either way etcd decided
+// before it answered, so the write took effect within its call or not at
+// all.
 type Output struct {
 	Unknown bool
+	Refused bool
 	Value   string // get: the value read, "" when absent
 	// Succeeded is whether a CAS's comparison held; Deleted whether a
 	// delete removed a key.
@@ -48,8 +56,10 @@ type Output struct {
 
 // registerModel is each key as a register, checked key by key: etcd
 // keys are independent, so the history is linearizable if and only if
-// each key's is, and partitions keep the search small.
-var registerModel = porcupine.Model{
+// each key's is, and partitions keep the search small. A refused write
+// may or may not have taken effect, so the model is nondeterministic:
+// porcupine follows every value the register may hold.
+var registerModel = (&porcupine.NondeterministicModel{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 		byKey := map[string][]porcupine.Operation{}
 		var keys []string
@@ -66,15 +76,28 @@ var registerModel = porcupine.Model{
 		}
 		return out
 	},
-	Init: func() any { return "" },
-	Step: func(state, input, output any) (bool, any) {
-		return step(state.(string), input.(Input), output.(Output))
+	Init: func() []any { return []any{""} },
+	Step: func(state, input, output any) []any {
+		value, in, out := state.(string), input.(Input), output.(Output)
+		ok, next := step(value, in, out)
+		switch {
+		case out.Refused && in.Kind != OpGet:
+			// Applied (as if it had succeeded unknown) or not at all.
+			_, applied := step(value, in, Output{Unknown: true})
+			if applied == value {
+				return []any{value}
+			}
+			return []any{value, applied}
+		case ok:
+			return []any{next}
+		}
+		return nil
 	},
 	DescribeOperation: func(input, output any) string {
 		return describe(input.(Input), output.(Output))
 	},
 	DescribeState: func(state any) string { return fmt.Sprintf("%q", state) },
-}
+}).ToModel()
 
 // step is one operation on a register holding value ("" for absent).
 func step(value string, in Input, out Output) (bool, string) {
@@ -122,6 +145,8 @@ func describe(in Input, out Output) string {
 	switch {
 	case out.Unknown:
 		b.WriteString(" → ?")
+	case out.Refused:
+		b.WriteString(" → refused (NOSPACE): applied or not")
 	case in.Kind == OpGet:
 		fmt.Fprintf(&b, " → %q", out.Value)
 	case in.Kind == OpCAS:

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -130,6 +131,8 @@ func (t *Traffic) run(ctx context.Context, client int, cli *clientv3.Client, rng
 		case err != nil && in.Kind == OpGet:
 			// A read that failed saw nothing and changed nothing.
 			t.record(Operation{}, true)
+		case errors.Is(err, rpctypes.ErrNoSpace):
+			t.record(Operation{Client: client, Input: in, Output: Output{Refused: true}, Call: call, Return: ret}, true)
 		case err != nil:
 			unknown++
 			t.record(Operation{Client: client, Input: in, Output: Output{Unknown: true}, Call: call, Return: never}, true)
