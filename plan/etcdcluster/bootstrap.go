@@ -2,6 +2,7 @@ package etcdcluster
 
 import (
 	"encoding/json"
+	"reflect"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,7 +44,8 @@ const (
 // It is nil only for a cluster the hook has never started.
 func (p *planner) bootstrapRecord() *v1beta2.BootstrapStatus {
 	o, c := p.o, p.o.Cluster
-	rec := newerRecord(c.Status.Bootstrap, serviceRecord(o.Services[c.Name]))
+	p.serviceRec, p.serviceRecRaw = serviceRecord(o.Services[c.Name])
+	rec := newerRecord(c.Status.Bootstrap, p.serviceRec)
 	if rec == nil && p.earlierVersionEvidence() {
 		rec = &v1beta2.BootstrapStatus{SeedMember: SeedName(c.Name, string(c.UID)), Bootstrapped: true}
 	}
@@ -61,7 +63,7 @@ func (p *planner) bootstrapRecord() *v1beta2.BootstrapStatus {
 		return nil
 	}
 	out := *rec
-	out.RevisionSeen = max(out.RevisionSeen, c.Status.Bootstrap.GetRevisionSeen(), serviceRecord(o.Services[c.Name]).GetRevisionSeen(),
+	out.RevisionSeen = max(out.RevisionSeen, c.Status.Bootstrap.GetRevisionSeen(), p.serviceRec.GetRevisionSeen(),
 		roundRevision(p.liveRevision()))
 	if o.Membership != nil || p.anyPodStarted(out.SeedMember) {
 		out.Bootstrapped = true
@@ -137,15 +139,28 @@ func newerRecord(status, copy *v1beta2.BootstrapStatus) *v1beta2.BootstrapStatus
 	return status
 }
 
-func serviceRecord(s *corev1.Service) *v1beta2.BootstrapStatus {
+// recordText is the peer Service's annotation when it already says what
+// this sync's record says, so that the record is not encoded again on
+// every sync; "" otherwise.
+func (p *planner) recordText() string {
+	if p.rec == nil || p.serviceRec == nil || !reflect.DeepEqual(*p.rec, *p.serviceRec) {
+		return ""
+	}
+	return p.serviceRecRaw
+}
+
+// serviceRecord decodes the record's copy on the peer Service s, and
+// returns the annotation's text with it; nil and "" when there is none.
+func serviceRecord(s *corev1.Service) (*v1beta2.BootstrapStatus, string) {
 	if s == nil {
-		return nil
+		return nil, ""
 	}
+	raw := s.Annotations[AnnotationBootstrap]
 	var rec v1beta2.BootstrapStatus
-	if err := json.Unmarshal([]byte(s.Annotations[AnnotationBootstrap]), &rec); err != nil || rec.SeedMember == "" {
-		return nil
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil || rec.SeedMember == "" {
+		return nil, ""
 	}
-	return &rec
+	return &rec, raw
 }
 
 // earlierVersionEvidence is what a cluster started by a hook without the
@@ -158,8 +173,8 @@ func (p *planner) earlierVersionEvidence() bool {
 		len(st.Members.Ready)+len(st.Members.Unready) > 0 {
 		return true
 	}
-	peer, ok := o.Services[p.o.Cluster.Name]
-	return ok && serviceRecord(peer) == nil
+	_, ok := o.Services[p.o.Cluster.Name]
+	return ok && p.serviceRec == nil
 }
 
 // podsSeed is the seed member the observed Pods name, the newest when they

@@ -42,7 +42,7 @@ func outcomeOf(o *Observed, d Decision) bootstrapOutcome {
 	}
 	for _, c := range d.Children {
 		if s, ok := c.Object.(*corev1.Service); ok && c.Name == testCluster {
-			out.ServiceCopy = serviceRecord(s)
+			out.ServiceCopy, _ = serviceRecord(s)
 		}
 	}
 	return out
@@ -64,7 +64,7 @@ func withRecord(rec *v1beta2.BootstrapStatus) func(*Observed) {
 
 // stampedService is the peer Service as the hook rendered it with rec.
 func stampedService(o *Observed, rec *v1beta2.BootstrapStatus) {
-	o.Services[testCluster] = peerService(o.Cluster, rec)
+	o.Services[testCluster] = peerService(o.Cluster, rec, "")
 }
 
 // servicesLeft: the Services stay when every member is lost, and the
@@ -198,7 +198,7 @@ func TestBootstrapRecord(t *testing.T) {
 		name:   "status wiped, Services from an earlier hook",
 		reason: "Services without the copy were rendered by a hook that predates the record, always with a seed: ambiguous, so counted as bootstrapped",
 		in: apply(observed(newCluster(3, "3.6.16")), func(o *Observed) {
-			o.Services[testCluster] = peerService(o.Cluster, nil)
+			o.Services[testCluster] = peerService(o.Cluster, nil, "")
 		}),
 		want: lost,
 	}, {
@@ -382,7 +382,7 @@ func TestEveryPodDeletedFromARunningCluster(t *testing.T) {
 	c := newCluster(3, "3.6.16")
 	pods := []*corev1.Pod{readyPod(name(0)), readyPod(name(1)), readyPod(name(2))}
 	o := observed(c, pods...)
-	o.Services[testCluster] = peerService(c, nil)
+	o.Services[testCluster] = peerService(c, nil, "")
 	o.Services[plan.ClientServiceName(testCluster)] = clientService(c, true)
 	o.Membership = memberList(1, member(1, name(0)), member(2, name(1)), member(3, name(2)))
 	d := Plan(o)
@@ -421,5 +421,46 @@ func TestEveryPodDeletedFromARunningCluster(t *testing.T) {
 			t.Fatalf("sync %d after the loss: phase %s, Degraded %s/%s", i+1, d.Status.Phase, deg.Status, deg.Reason)
 		}
 		c.Status = d.Status
+	}
+}
+
+// TestPeerServiceKeepsItsRecordText: a peer Service whose copy of the
+// record already says what this sync's record says is answered with its
+// own text, not the record encoded again (a steady sync encoded it every
+// time); a record that changed is encoded.
+func TestPeerServiceKeepsItsRecordText(t *testing.T) {
+	rec := record(firstSeed, true)
+	rec.ClusterID = "abc"
+	encoded, _ := json.Marshal(rec)
+	// The same record, its fields in another order: what the API server
+	// hands back need not be byte for byte what was written.
+	reordered := `{"clusterID":"abc","bootstrapped":true,"seedMember":"` + firstSeed + `"}`
+	cases := []struct {
+		name, reason string
+		annotation   string
+		want         string
+	}{
+		{"same record", "the observed text is kept as it is", reordered, reordered},
+		{"record changed", "a record the copy does not say yet is encoded", `{"seedMember":"` + firstSeed + `"}`, string(encoded)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := apply(observed(newCluster(3, "3.6.16")), runningThree)
+			o.Cluster.Status.Bootstrap = rec
+			o.Membership.ClusterID = 0xabc
+			svc := peerService(o.Cluster, rec, "")
+			svc.Annotations[AnnotationBootstrap] = tc.annotation
+			o.Services[testCluster] = svc
+			d := Plan(o)
+			var got string
+			for _, c := range d.Children {
+				if s, ok := c.Object.(*corev1.Service); ok && c.Name == testCluster {
+					got = s.Annotations[AnnotationBootstrap]
+				}
+			}
+			if got != tc.want {
+				t.Errorf("%s: the peer Service's record %s, want %s", tc.reason, got, tc.want)
+			}
+		})
 	}
 }

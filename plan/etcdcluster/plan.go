@@ -51,6 +51,10 @@ type planner struct {
 	spec     v1beta2.ClusterSpec
 	// rec is the bootstrap record this sync writes; see bootstrap.go.
 	rec *v1beta2.BootstrapStatus
+	// serviceRec is the copy of the record the peer Service carries, as
+	// decoded, and serviceRecRaw its annotation's text.
+	serviceRec    *v1beta2.BootstrapStatus
+	serviceRecRaw string
 	// restoreStatus and newest are written to status.restore and
 	// status.newestBackup; see restore.go.
 	restoreStatus *v1beta2.ClusterRestoreStatus
@@ -177,6 +181,11 @@ func (p *planner) planCurrent() Decision {
 // another etcd cluster than the one being reconciled, and the members of a
 // cluster a restore replaced.
 func ExcludedFromMembership(o *Observed) map[string]bool {
+	if !restoreInView(o) {
+		// The steady case, asked on every sync: no Pod of another etcd
+		// cluster can be in view, and the record need not be gathered.
+		return map[string]bool{}
+	}
 	p := &planner{o: o, spec: o.Cluster.Spec.WithDefaults()}
 	p.rec = p.bootstrapRecord()
 	out := map[string]bool{}
@@ -195,4 +204,22 @@ func ExcludedFromMembership(o *Observed) map[string]bool {
 		}
 	}
 	return out
+}
+
+// restoreInView: a Pod is a restore's seed, or the record, in the status
+// or on the peer Service, names a restore. Only then can a Pod in view
+// belong to another etcd cluster than the one reconciled.
+func restoreInView(o *Observed) bool {
+	if b := o.Cluster.Status.Bootstrap; b != nil && b.Restore != nil {
+		return true
+	}
+	if s := o.Services[o.Cluster.Name]; s != nil && strings.Contains(s.Annotations[AnnotationBootstrap], `"restore"`) {
+		return true
+	}
+	for _, pod := range o.Pods {
+		if _, ok := pod.Annotations[AnnotationRestoreRequest]; ok {
+			return true
+		}
+	}
+	return false
 }

@@ -428,6 +428,19 @@ func TestExcludedFromMembership(t *testing.T) {
 	if r := d.Status.Restore; r == nil || r.Phase != v1beta2.RestoreRestoring || r.RestoredAt == nil {
 		t.Errorf("committed: status.restore = %+v, want Restoring with the time the fetch verified", r)
 	}
+	// The record only on the peer Service (the status wiped by hand) and
+	// no Pod a restore's seed any more: the old members are told apart
+	// all the same.
+	wiped := apply(observed(newCluster(3, "3.6.16")), runningThree)
+	wiped.Cluster.Status.Bootstrap = nil
+	stampedService(wiped, d.Status.Bootstrap)
+	if got := ExcludedFromMembership(wiped); !cmp.Equal(got, want) {
+		t.Errorf("the record on the Service only: excluded %v, want the old members", got)
+	}
+	// And with no restore anywhere, nothing is.
+	if got := ExcludedFromMembership(apply(observed(newCluster(3, "3.6.16")), runningThree)); len(got) != 0 {
+		t.Errorf("no restore: excluded %v, want none", got)
+	}
 }
 
 // TestBornFromBackupSequence replays the syncs of a new cluster born from

@@ -19,11 +19,16 @@ import (
 // never catch up and become ready.
 //
 // It also carries the copy of the bootstrap record (see bootstrap.go).
-func peerService(c *v1beta2.EtcdCluster, rec *v1beta2.BootstrapStatus) *corev1.Service {
+//
+// text is the record's JSON when the caller has it; "" encodes rec.
+func peerService(c *v1beta2.EtcdCluster, rec *v1beta2.BootstrapStatus, text string) *corev1.Service {
 	var annotations map[string]string
 	if rec != nil {
-		record, _ := json.Marshal(rec)
-		annotations = map[string]string{AnnotationBootstrap: string(record)}
+		if text == "" {
+			record, _ := json.Marshal(rec)
+			text = string(record)
+		}
+		annotations = map[string]string{AnnotationBootstrap: text}
 	}
 	return &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},

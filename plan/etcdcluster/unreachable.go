@@ -204,7 +204,7 @@ func (p *planner) recoveredPod(name string) any {
 func (p *planner) commonChildren() []plan.Child {
 	c := p.o.Cluster
 	return []plan.Child{
-		{Kind: plan.KindService, Name: c.Name, Object: peerService(c, p.rec)},
+		{Kind: plan.KindService, Name: c.Name, Object: peerService(c, p.rec, p.recordText())},
 		{Kind: plan.KindService, Name: plan.ClientServiceName(c.Name), Object: clientService(c, p.selectServingOnly())},
 		{Kind: plan.KindPDB, Name: c.Name, Object: disruptionBudget(c, p.spec)},
 	}

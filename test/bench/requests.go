@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -62,6 +63,11 @@ func clusterRequestTLS(cluster, uid string, members []string, version string, st
 		pod := deepCopy(template)
 		meta := pod["metadata"].(map[string]any)
 		meta["name"] = name
+		// Each Pod its own UID, stable from request to request, as the
+		// API server gives them; the captured Pod's would be shared by
+		// every member, which no real request does (and which defeats
+		// the planner's memo of what each Pod last applied).
+		meta["uid"] = podUID(uid, name)
 		meta["labels"] = map[string]any{"app": "etcd", "etcd_cluster": cluster, "etcd_node": name, "controller-uid": uid}
 		rendered := map[string]any{
 			"apiVersion": "v1", "kind": "Pod",
@@ -126,6 +132,13 @@ func clusterRequestTLS(cluster, uid string, members []string, version string, st
 		"finalizing": false,
 	}
 	return json.Marshal(req)
+}
+
+// podUID is a UID for the Pod name of the cluster uid, in the API server's
+// format, the same in every request.
+func podUID(cluster, name string) string {
+	h := sha256.Sum256([]byte(cluster + "/" + name))
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }
 
 func deepCopy(v map[string]any) map[string]any {
