@@ -352,7 +352,10 @@ func (k *soak) restore() (string, func() (bool, string)) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(k.env.Ctx(), 10*time.Second)
 	defer cancel()
-	resp, err := cli.Get(ctx, s.w.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	// Every history's writer keys (each writer has a prefix of its own
+	// under /writer/): the backup's history is checked, and the later
+	// ones, not only the history just ended.
+	resp, err := cli.Get(ctx, "/writer/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		k.t.Fatal(err)
 	}
