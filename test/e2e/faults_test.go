@@ -61,7 +61,7 @@ func (s *scenario) startFaultWriter(step string) {
 	}
 	s.w = w
 	s.t.Cleanup(w.Stop)
-	s.startChecker(step)
+	s.startHistory(step)
 }
 
 // faultWorld is what most faults must leave as it was: etcd's members by

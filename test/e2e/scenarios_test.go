@@ -48,10 +48,6 @@ type scenario struct {
 	// counts the checkers started, which number their keys.
 	h         *stepHistory
 	histories int
-	// unchecked says why this scenario's writer steps run without the
-	// checker beside them; "" (every scenario but those RELIABILITY.md's
-	// checker section names, with their open findings) runs it.
-	unchecked string
 }
 
 func newScenario(t *testing.T, version string) *scenario {
@@ -70,16 +66,6 @@ func (s *scenario) startWriter(step string) {
 	}
 	s.w = w
 	s.t.Cleanup(w.Stop)
-	s.startChecker(step)
-}
-
-// startChecker starts the checker beside a step's writer, unless the
-// scenario says why not.
-func (s *scenario) startChecker(step string) {
-	if s.unchecked != "" {
-		s.t.Logf("%s: no checker beside the writer: %s", step, s.unchecked)
-		return
-	}
 	s.startHistory(step)
 }
 
