@@ -15,11 +15,10 @@ const (
 // MemberHost is the member's stable DNS name: the Pod's hostname within
 // the headless peer Service named after the cluster.
 func MemberHost(member, cluster, namespace, domain string) string {
-	host := fmt.Sprintf("%s.%s.%s.svc", member, cluster, namespace)
 	if domain != "" {
-		host += "." + domain
+		return member + "." + cluster + "." + namespace + ".svc." + domain
 	}
-	return host
+	return member + "." + cluster + "." + namespace + ".svc"
 }
 
 // Addresses are how one cluster's members are reached: their DNS names,

@@ -47,8 +47,6 @@ type Reconciler struct {
 //
 // early is the read Prepare began for this request, or nil.
 func (r *Reconciler) Sync(ctx context.Context, o *etcdcluster.Observed, early *EarlyRead) (etcdcluster.Decision, error) {
-	c := o.Cluster
-	log := r.Logger.With("namespace", c.Namespace, "name", c.Name)
 	o.Now = r.now()
 	o.AgentImage = r.AgentImage
 	suffix, err := r.freshSuffix()
@@ -60,7 +58,7 @@ func (r *Reconciler) Sync(ctx context.Context, o *etcdcluster.Observed, early *E
 		return etcdcluster.Plan(o), nil
 	}
 
-	cluster := r.observe(ctx, log, o, early)
+	cluster := r.observe(ctx, o, early)
 	if o.Membership != nil {
 		// Done already if observe waited for the early read.
 		etcdcluster.Derive(o)
@@ -70,13 +68,14 @@ func (r *Reconciler) Sync(ctx context.Context, o *etcdcluster.Observed, early *E
 		return d, nil
 	}
 	ms, err := cluster.Confirm(ctx)
-	r.record(log, o, ms, err)
+	r.record(o, ms, err)
 	d = etcdcluster.Plan(o)
 	if d.Action == nil || o.Membership == nil {
 		return d, nil
 	}
 
 	action := *d.Action
+	log := r.log(o)
 	members, err := cluster.Apply(ctx, action)
 	switch {
 	case errors.Is(err, etcdclient.ErrNotReady):
@@ -98,7 +97,7 @@ func (r *Reconciler) Sync(ctx context.Context, o *etcdcluster.Observed, early *E
 
 // observe reads the membership through the client URLs of the member Pods
 // that run, or takes the read Prepare started for exactly those.
-func (r *Reconciler) observe(ctx context.Context, log *slog.Logger, o *etcdcluster.Observed, early *EarlyRead) etcdclient.Cluster {
+func (r *Reconciler) observe(ctx context.Context, o *etcdcluster.Observed, early *EarlyRead) etcdclient.Cluster {
 	endpoints := runningEndpoints(o)
 	if len(endpoints) == 0 {
 		o.MembershipError = "no member Pod is running"
@@ -110,10 +109,10 @@ func (r *Reconciler) observe(ctx context.Context, log *slog.Logger, o *etcdclust
 		etcdcluster.Derive(o)
 		select {
 		case <-early.done:
-			r.record(log, o, early.membership, early.err)
+			r.record(o, early.membership, early.err)
 			return early.cluster
 		case <-ctx.Done():
-			r.record(log, o, nil, ctx.Err())
+			r.record(o, nil, ctx.Err())
 			return nil
 		}
 	}
@@ -123,16 +122,22 @@ func (r *Reconciler) observe(ctx context.Context, log *slog.Logger, o *etcdclust
 		return nil
 	}
 	ms, err := cluster.Membership(ctx)
-	r.record(log, o, ms, err)
+	r.record(o, ms, err)
 	return cluster
 }
 
-func (r *Reconciler) record(log *slog.Logger, o *etcdcluster.Observed, ms *membership.Membership, err error) {
+func (r *Reconciler) record(o *etcdcluster.Observed, ms *membership.Membership, err error) {
 	o.Membership, o.MembershipError = ms, ""
 	if err != nil {
-		log.Warn("cannot read etcd membership", "error", err)
+		r.log(o).Warn("cannot read etcd membership", "error", err)
 		o.MembershipError = err.Error()
 	}
+}
+
+// log is the logger of the cluster's lines, made when there is one to
+// write: a steady sync writes none.
+func (r *Reconciler) log(o *etcdcluster.Observed) *slog.Logger {
+	return r.Logger.With("namespace", o.Cluster.Namespace, "name", o.Cluster.Name)
 }
 
 func (r *Reconciler) now() time.Time {

@@ -47,7 +47,7 @@ func (p *planner) bootstrapRecord() *v1beta2.BootstrapStatus {
 	p.serviceRec, p.serviceRecRaw = serviceRecord(o.Services[c.Name])
 	rec := newerRecord(c.Status.Bootstrap, p.serviceRec)
 	if rec == nil && p.earlierVersionEvidence() {
-		rec = &v1beta2.BootstrapStatus{SeedMember: SeedName(c.Name, string(c.UID)), Bootstrapped: true}
+		rec = &v1beta2.BootstrapStatus{SeedMember: p.firstSeedName(), Bootstrapped: true}
 	}
 	if seed := p.podsSeed(); seed != "" {
 		switch {
@@ -181,8 +181,7 @@ func (p *planner) earlierVersionEvidence() bool {
 // name several; Pods rendered before the record existed belong to the
 // first cluster. "" when there is no Pod.
 func (p *planner) podsSeed() string {
-	c := p.o.Cluster
-	first := SeedName(c.Name, string(c.UID))
+	first := p.firstSeedName()
 	seed := ""
 	for _, pod := range p.o.Pods {
 		if _, restoring := pod.Annotations[AnnotationRestoreRequest]; restoring {
@@ -236,8 +235,17 @@ func (p *planner) seed() string {
 	if p.rec != nil {
 		return p.rec.SeedMember
 	}
-	c := p.o.Cluster
-	return SeedName(c.Name, string(c.UID))
+	return p.firstSeedName()
+}
+
+// firstSeedName is the seed of the cluster's first etcd cluster: SeedName
+// of its UID.
+func (p *planner) firstSeedName() string {
+	if p.firstSeed == "" {
+		c := p.o.Cluster
+		p.firstSeed = SeedName(c.Name, string(c.UID))
+	}
+	return p.firstSeed
 }
 
 // clusterToken is --initial-cluster-token: the first cluster keeps the
@@ -246,7 +254,7 @@ func (p *planner) seed() string {
 func (p *planner) clusterToken() string {
 	c := p.o.Cluster
 	token := ClusterToken(c.Name, string(c.UID))
-	if seed := p.seed(); seed != SeedName(c.Name, string(c.UID)) {
+	if seed := p.seed(); seed != p.firstSeedName() {
 		token += "-" + seed
 	}
 	return token

@@ -2,6 +2,7 @@ package etcdcluster
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/etcdhook/etcd-hook/membership"
@@ -57,13 +58,14 @@ type downgradeState struct {
 
 // lineOf is "3.6" for "3.6.16", "v3.6.0" or "3.6"; "" when unparseable.
 func lineOf(version string) string {
-	if v, ok := parseVersion(version); ok {
-		return fmt.Sprintf("%d.%d", v.major, v.minor)
+	v, ok := parseVersion(version)
+	if !ok {
+		v, ok = parseVersion(strings.TrimPrefix(version, "v") + ".0")
 	}
-	if v, ok := parseVersion(strings.TrimPrefix(version, "v") + ".0"); ok {
-		return fmt.Sprintf("%d.%d", v.major, v.minor)
+	if !ok {
+		return ""
 	}
-	return ""
+	return strconv.Itoa(v.major) + "." + strconv.Itoa(v.minor)
 }
 
 // needsDowngradeProtocol: a change from running to target is a downgrade

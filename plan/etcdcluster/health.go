@@ -2,6 +2,7 @@ package etcdcluster
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,7 +109,8 @@ func (p *planner) health(st *v1beta2.ClusterStatus) healthConditions {
 	if reason, msg := p.notReadyBy(v); reason != "" {
 		return healthConditions{ready: conditionFalse(reason, msg), reconciling: idle, stalled: notStalled}
 	}
-	msg := fmt.Sprintf("%d of %d members ready on %s, a leader elected", st.ReadyMembers, p.spec.Size, p.spec.Image())
+	// Every steady sync writes this: no fmt on the steady path.
+	msg := strconv.Itoa(st.ReadyMembers) + " of " + strconv.Itoa(p.spec.Size) + " members ready on " + p.spec.Image() + ", a leader elected"
 	return healthConditions{ready: conditionTrue(ReasonConverged, msg), reconciling: idle, stalled: notStalled}
 }
 

@@ -3,6 +3,7 @@ package etcdcluster
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,7 +103,7 @@ func (p *planner) quorumPhase(ms *membership.Membership) (v1beta2.ClusterPhase, 
 	if prev := p.o.Cluster.Status.Phase; (prev == "" || prev == v1beta2.PhaseCreating) && !p.converged(ms) {
 		phase = v1beta2.PhaseCreating
 	}
-	return phase, conditionTrue(ReasonQuorumHealthy, fmt.Sprintf("%d of %d voting members answer; a leader is elected", up, voters))
+	return phase, conditionTrue(ReasonQuorumHealthy, strconv.Itoa(up)+" of "+strconv.Itoa(voters)+" voting members answer; a leader is elected")
 }
 
 // unreachablePhase judges a cluster whose membership could not be read,

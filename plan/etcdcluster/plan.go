@@ -68,6 +68,9 @@ type planner struct {
 	// LabelServing; a member left out keeps what its Pod has. See
 	// serving.go.
 	serving map[string]bool
+	// firstSeed is SeedName of the cluster's first seed, once computed:
+	// a plan asks for it several times, and it is a SHA-256.
+	firstSeed string
 }
 
 // Plan decides one sync. See the package documentation for the protocol.

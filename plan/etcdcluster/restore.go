@@ -243,7 +243,7 @@ func (p *planner) restoreCost(st *v1beta2.ClusterRestoreStatus) string {
 // one replaced out of the observation, so that no plan renders them again
 // and Metacontroller deletes them.
 func (p *planner) dropSuperseded() {
-	first := SeedName(p.o.Cluster.Name, string(p.o.Cluster.UID))
+	first := p.firstSeedName()
 	seedOf := func(annotations map[string]string) string {
 		if s := annotations[AnnotationSeedMember]; s != "" {
 			return s

@@ -95,7 +95,7 @@ const DefaultAgentImage = "ghcr.io/etcdhook/etcd-hook:latest"
 func (p *planner) restoreSeedPod(seed string, req *restoreRequest) *corev1.Pod {
 	c := p.o.Cluster
 	token := ClusterToken(c.Name, string(c.UID))
-	if seed != SeedName(c.Name, string(c.UID)) {
+	if seed != p.firstSeedName() {
 		token += "-" + seed
 	}
 	in := memberPodInput{

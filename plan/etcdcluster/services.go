@@ -30,13 +30,15 @@ func peerService(c *v1beta2.EtcdCluster, rec *v1beta2.BootstrapStatus, text stri
 		}
 		annotations = map[string]string{AnnotationBootstrap: text}
 	}
+	// Labels and selector share one map: the answer is only encoded.
+	labels := selectorLabels(c.Name)
 	return &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: selectorLabels(c.Name), Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: labels, Annotations: annotations},
 		Spec: corev1.ServiceSpec{
 			ClusterIP:                corev1.ClusterIPNone,
 			PublishNotReadyAddresses: true,
-			Selector:                 selectorLabels(c.Name),
+			Selector:                 labels,
 			Ports: []corev1.ServicePort{
 				{Name: "client", Port: plan.ClientPort, TargetPort: intstr.FromInt32(plan.ClientPort), Protocol: corev1.ProtocolTCP},
 				{Name: "peer", Port: plan.PeerPort, TargetPort: intstr.FromInt32(plan.PeerPort), Protocol: corev1.ProtocolTCP},
@@ -50,13 +52,14 @@ func peerService(c *v1beta2.EtcdCluster, rec *v1beta2.BootstrapStatus, text stri
 // selector of earlier hook releases, which every member Pod matches: a
 // running cluster keeps it until its Pods carry the label.
 func clientService(c *v1beta2.EtcdCluster, servingOnly bool) *corev1.Service {
-	selector := selectorLabels(c.Name)
+	labels := selectorLabels(c.Name)
+	selector := labels
 	if servingOnly {
-		selector[LabelServing] = "true"
+		selector = map[string]string{LabelApp: "etcd", LabelCluster: c.Name, LabelServing: "true"}
 	}
 	return &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: metav1.ObjectMeta{Name: plan.ClientServiceName(c.Name), Namespace: c.Namespace, Labels: selectorLabels(c.Name)},
+		ObjectMeta: metav1.ObjectMeta{Name: plan.ClientServiceName(c.Name), Namespace: c.Namespace, Labels: labels},
 		Spec: corev1.ServiceSpec{
 			Selector: selector,
 			Ports: []corev1.ServicePort{
@@ -74,12 +77,13 @@ func disruptionBudget(c *v1beta2.EtcdCluster, spec v1beta2.ClusterSpec) *policyv
 	if spec.Size <= 1 && !spec.Persistent() {
 		unavailable = intstr.FromInt32(0)
 	}
+	labels := selectorLabels(c.Name)
 	return &policyv1.PodDisruptionBudget{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
-		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: selectorLabels(c.Name)},
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: labels},
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MaxUnavailable: &unavailable,
-			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(c.Name)},
+			Selector:       &metav1.LabelSelector{MatchLabels: labels},
 		},
 	}
 }

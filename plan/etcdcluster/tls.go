@@ -163,6 +163,9 @@ type namedSecret struct {
 
 func (p *planner) tlsSecrets() []namedSecret {
 	t, c := p.spec.TLS, p.o.Cluster
+	if t.PeerSecret() == "" && t.ServerSecret() == "" && t.OperatorSecret() == "" {
+		return nil
+	}
 	// Any member's name stands for all: the README asks for a wildcard.
 	member := []string{plan.MemberHost(c.Name+"-"+strings.Repeat("x", SuffixLength), c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix())}
 	var out []namedSecret
