@@ -108,7 +108,9 @@ func TestSoak(t *testing.T) {
 	harness.RequirePartition(t)
 	d, seed := soakDuration(t), soakSeed(t)
 	t.Logf("soak: %s, seed %d (replay with SOAK_SEED=%d SOAK=%s)", d, seed, seed, d)
-	s := newFaultScenario(t, harness.Options{Backups: true, Restores: true, ClusterCustomize: true, Kubelet: harness.KubeletConfig{PodGroups: true}})
+	// The harness lives for the soak, the operation under way when it
+	// ends (a restore waits up to 4 minutes) and the checks after it.
+	s := newFaultScenario(t, harness.Options{Backups: true, Restores: true, ClusterCustomize: true, Kubelet: harness.KubeletConfig{PodGroups: true}, Lifetime: d + 10*time.Minute})
 	k := &soak{backupScenario: newBackupScenario(s), rng: rand.New(rand.NewSource(seed)), seed: seed, size: 3, version: oldVersion, cpu: 100, counts: map[string]int{}}
 	s.createSpec("soak: create", map[string]any{"size": 3, "version": oldVersion, "pod": k.podPolicy()})
 	if t.Failed() {

@@ -340,6 +340,11 @@ func (e *Env) WaitFor(timeout time.Duration, what string, cond func() (bool, str
 		}
 		last = detail
 		if !sleepCtx(ctx, 50*time.Millisecond) {
+			if e.ctx.Err() != nil {
+				// Not this wait's timeout: the harness's whole lifetime
+				// (Options.Lifetime) is over, and every process with it.
+				return fmt.Errorf("waiting %s for %s: the harness's lifetime ended (Options.Lifetime): %w (last: %s)", timeout, what, e.ctx.Err(), last)
+			}
 			return fmt.Errorf("waiting %s for %s: %w (last: %s)", timeout, what, ctx.Err(), last)
 		}
 	}
