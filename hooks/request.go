@@ -79,7 +79,7 @@ func decode(body []byte, parentDecoded func(*etcdcluster.Observed)) (*etcdcluste
 		ObjectMeta: p.Metadata,
 		Status:     p.Status,
 	}
-	o := &etcdcluster.Observed{Cluster: cluster, Finalizing: req.Finalizing}
+	o := &etcdcluster.Observed{Cluster: cluster, Finalizing: req.Finalizing, SpecText: p.Spec}
 	if err := decodeSpec(p.Spec, &cluster.Spec, "an EtcdCluster"); err != nil {
 		o.SpecErrors = field.ErrorList{err}
 	} else {

@@ -244,3 +244,45 @@ func TestDerivedPodHashFollowsTheParent(t *testing.T) {
 		t.Errorf("after the parent changed: hash %s, want %s (the derived one was %s)", got, want, o.derived.podHash)
 	}
 }
+
+// The pod-spec hash remembered under a cluster's spec text is the hash of
+// the spec that text decodes to: another text under the same UID is
+// hashed again, and a request without the text is hashed every time.
+func TestPodHashesByText(t *testing.T) {
+	memo := newSpecMemo(2)
+	observe := func(uid types.UID, text string) *Observed {
+		t.Helper()
+		c := newCluster(3, "3.6.16")
+		c.UID = uid
+		c.Spec = v1beta2.ClusterSpec{}
+		if err := json.Unmarshal([]byte(text), &c.Spec); err != nil {
+			t.Fatal(err)
+		}
+		return &Observed{Cluster: c, SpecText: []byte(text)}
+	}
+	small := `{"size":3,"version":"3.6.16"}`
+	withCPU := `{"size":3,"version":"3.6.16","pod":{"resources":{"requests":{"cpu":"250m"}}}}`
+	cases := []struct {
+		name, reason string
+		o            *Observed
+	}{
+		{"first text", "hashed and remembered", observe("a", small)},
+		{"same text again", "the remembered hash, which is the spec's", observe("a", small)},
+		{"edited spec", "another text under the same UID is hashed again", observe("a", withCPU)},
+		{"another cluster", "another UID has its own entry", observe("b", small)},
+		{"third cluster", "past the bound the memo starts afresh", observe("c", withCPU)},
+		{"no text", "a request without the text is hashed every time", &Observed{Cluster: observe("a", small).Cluster}},
+	}
+	for _, tc := range cases {
+		want := podSpecHash(tc.o.Cluster.Spec.WithDefaults())
+		if got := memo.of(tc.o); got != want {
+			t.Errorf("%s (%s): hash %s, want %s", tc.name, tc.reason, got, want)
+		}
+	}
+	if podSpecHash(observe("a", small).Cluster.Spec.WithDefaults()) == podSpecHash(observe("a", withCPU).Cluster.Spec.WithDefaults()) {
+		t.Fatal("the two specs hash alike: the cases above prove nothing")
+	}
+	if len(memo.m) > 2 {
+		t.Errorf("%d entries, want at most the bound of 2", len(memo.m))
+	}
+}

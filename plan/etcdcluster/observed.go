@@ -17,6 +17,11 @@ type Observed struct {
 	// SpecErrors are the problems with the parent's spec, including a spec
 	// that could not be decoded at all. Any of them freezes the cluster.
 	SpecErrors field.ErrorList
+	// SpecText is the parent's spec as the request carried it, which
+	// Cluster.Spec was decoded from and nothing changed since; nil when
+	// there is none. It keys what the planner remembers of a spec between
+	// syncs (see podHashes); without it that is worked out every time.
+	SpecText []byte
 
 	Pods     map[string]*corev1.Pod
 	Services map[string]*corev1.Service

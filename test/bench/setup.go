@@ -127,6 +127,10 @@ func newRig(tb testing.TB, members int, withTLS bool) *rig {
 		}
 	}
 
+	if len(o.Services) != 2 || len(o.PDBs) != 1 {
+		tb.Fatalf("the steady request carries %d Services and %d budgets, want the 2 and the 1 the hook answers", len(o.Services), len(o.PDBs))
+	}
+
 	var endpoints []string
 	for _, name := range names {
 		endpoints = append(endpoints, plan.AddressesOf(o.Cluster).ClientURL(name))
@@ -289,7 +293,10 @@ func (r *rig) kind() string {
 
 // appliedAsAnswered gives each member Pod of a request the hook's answer
 // for it as its last applied configuration, and that answer's labels and
-// annotations, as Metacontroller records and applies an answer.
+// annotations, as Metacontroller records and applies an answer; and it
+// adds the Services and the disruption budget of the answer as the API
+// server serves them once applied (see servedChild): a steady request
+// carries every child the hook answered, not only the Pods.
 func appliedAsAnswered(request []byte, d etcdcluster.Decision) ([]byte, error) {
 	answer, err := hooks.Encode(d, false)
 	if err != nil {
@@ -305,7 +312,9 @@ func appliedAsAnswered(request []byte, d etcdcluster.Decision) ([]byte, error) {
 	if err := json.Unmarshal(request, &req); err != nil {
 		return nil, err
 	}
-	pods, _ := req["children"].(map[string]any)[hooks.ChildPods].(map[string]any)
+	children := req["children"].(map[string]any)
+	pods, _ := children[hooks.ChildPods].(map[string]any)
+	parent := req["parent"].(map[string]any)["metadata"].(map[string]any)
 	for _, raw := range resp.Children {
 		var child struct {
 			Kind     string `json:"kind"`
@@ -317,6 +326,14 @@ func appliedAsAnswered(request []byte, d etcdcluster.Decision) ([]byte, error) {
 		}
 		if err := json.Unmarshal(raw, &child); err != nil {
 			return nil, err
+		}
+		if key := map[string]string{plan.KindService: hooks.ChildServices, plan.KindPDB: hooks.ChildPDBs}[child.Kind]; key != "" {
+			served, err := servedChild(raw, parent["name"].(string), parent["uid"].(string))
+			if err != nil {
+				return nil, err
+			}
+			children[key].(map[string]any)[child.Metadata.Name] = served
+			continue
 		}
 		pod, ok := pods[child.Metadata.Name].(map[string]any)
 		if child.Kind != plan.KindPod || !ok {
@@ -341,4 +358,58 @@ func answerKeeps(o *etcdcluster.Observed, d etcdcluster.Decision) bool {
 		}
 	}
 	return reflect.DeepEqual(o.Cluster.Status, d.Status)
+}
+
+// servedChild is a Service or PodDisruptionBudget of the hook's answer as
+// the API server serves it back once Metacontroller has applied it, in the
+// shape of the captured requests: the answer as last applied, the owner
+// reference, the server's metadata and managedFields, the defaulted spec
+// fields and the status.
+func servedChild(raw json.RawMessage, cluster, clusterUID string) (map[string]any, error) {
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
+	meta := obj["metadata"].(map[string]any)
+	name, kind := meta["name"].(string), obj["kind"].(string)
+	annotations, _ := meta["annotations"].(map[string]any)
+	if annotations == nil {
+		annotations = map[string]any{}
+	}
+	annotations[plan.LastAppliedAnnotation] = string(raw)
+	meta["annotations"] = annotations
+	meta["uid"] = podUID(clusterUID, kind+"/"+name)
+	meta["resourceVersion"] = "1042"
+	meta["creationTimestamp"] = "2026-11-22T04:18:44Z"
+	meta["ownerReferences"] = []any{map[string]any{
+		"apiVersion": v1beta2.APIVersion, "kind": v1beta2.Kind, "name": cluster, "uid": clusterUID,
+		"controller": true, "blockOwnerDeletion": true,
+	}}
+	meta["managedFields"] = []any{map[string]any{
+		"apiVersion": obj["apiVersion"], "fieldsType": "FieldsV1", "manager": "metacontroller", "operation": "Update", "time": "2026-11-22T04:18:44Z",
+		"fieldsV1": map[string]any{"f:metadata": map[string]any{
+			"f:annotations": map[string]any{".": map[string]any{}, "f:" + plan.LastAppliedAnnotation: map[string]any{}},
+			"f:labels":      map[string]any{".": map[string]any{}},
+		}, "f:spec": map[string]any{".": map[string]any{}}},
+	}}
+	spec := obj["spec"].(map[string]any)
+	switch kind {
+	case plan.KindService:
+		ip := "10.96.0.119"
+		if spec["clusterIP"] == "None" {
+			ip = "None"
+		}
+		spec["clusterIP"], spec["clusterIPs"] = ip, []any{ip}
+		spec["internalTrafficPolicy"], spec["ipFamilies"], spec["ipFamilyPolicy"] = "Cluster", []any{"IPv4"}, "SingleStack"
+		spec["sessionAffinity"], spec["type"] = "None", "ClusterIP"
+		obj["status"] = map[string]any{"loadBalancer": map[string]any{}}
+	case plan.KindPDB:
+		meta["generation"] = 1
+		obj["status"] = map[string]any{
+			"currentHealthy": 3, "desiredHealthy": 2, "disruptionsAllowed": 1, "expectedPods": 3, "observedGeneration": 1,
+			"conditions": []any{map[string]any{"type": "DisruptionAllowed", "status": "True", "reason": "SufficientPods",
+				"lastTransitionTime": "2026-11-22T04:18:50Z", "message": "", "observedGeneration": 1}},
+		}
+	}
+	return obj, nil
 }
