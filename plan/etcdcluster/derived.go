@@ -81,10 +81,8 @@ var appliedDecodes = newAppliedMemo(1 << 16)
 // fixture, say) is decoded again, and two texts that collide are as
 // likely as a random 64-bit match, with a seed no request can know.
 type appliedMemo struct {
-	max  int
-	seed maphash.Seed
-	mu   sync.Mutex
-	m    map[types.UID]appliedEntry
+	seed    maphash.Seed
+	entries *byUID[appliedEntry]
 }
 
 type appliedEntry struct {
@@ -94,7 +92,7 @@ type appliedEntry struct {
 }
 
 func newAppliedMemo(max int) *appliedMemo {
-	return &appliedMemo{max: max, seed: maphash.MakeSeed(), m: map[types.UID]appliedEntry{}}
+	return &appliedMemo{seed: maphash.MakeSeed(), entries: newByUID[appliedEntry](max)}
 }
 
 // decode is decodeApplied(raw), remembered under the Pod's UID. The
@@ -105,22 +103,12 @@ func (a *appliedMemo) decode(uid types.UID, raw string) appliedResult {
 		return appliedResult{meta, ok}
 	}
 	sum := maphash.String(a.seed, raw)
-	a.mu.Lock()
-	e, ok := a.m[uid]
-	a.mu.Unlock()
-	if ok && e.sum == sum && e.size == len(raw) {
+	if e, ok := a.entries.get(uid); ok && e.sum == sum && e.size == len(raw) {
 		return e.result
 	}
 	meta, valid := decodeApplied(raw)
 	r := appliedResult{meta, valid}
-	a.mu.Lock()
-	if len(a.m) >= a.max {
-		// Forget everything rather than track recency: a full memo means
-		// tens of thousands of Pods, each decoded again once.
-		clear(a.m)
-	}
-	a.m[uid] = appliedEntry{sum: sum, size: len(raw), result: r}
-	a.mu.Unlock()
+	a.entries.put(uid, appliedEntry{sum: sum, size: len(raw), result: r})
 	return r
 }
 
@@ -155,20 +143,14 @@ func (p *planner) appliedMetaOf(pod *corev1.Pod, raw string) (appliedMeta, bool)
 // One entry per cluster UID, replaced by its next text.
 var podHashes = newSpecMemo(1 << 16)
 
-type specMemo struct {
-	max int
-	mu  sync.Mutex
-	m   map[types.UID]specEntry
-}
+type specMemo struct{ entries *byUID[specEntry] }
 
 type specEntry struct {
 	text []byte
 	hash string
 }
 
-func newSpecMemo(max int) *specMemo {
-	return &specMemo{max: max, m: map[types.UID]specEntry{}}
-}
+func newSpecMemo(max int) *specMemo { return &specMemo{newByUID[specEntry](max)} }
 
 // of is podSpecHash of o's defaulted spec.
 func (s *specMemo) of(o *Observed) string {
@@ -176,20 +158,45 @@ func (s *specMemo) of(o *Observed) string {
 	if uid == "" || len(o.SpecText) == 0 {
 		return podSpecHash(o.Cluster.Spec.WithDefaults())
 	}
-	s.mu.Lock()
-	e, ok := s.m[uid]
-	s.mu.Unlock()
-	if ok && bytes.Equal(e.text, o.SpecText) {
+	if e, ok := s.entries.get(uid); ok && bytes.Equal(e.text, o.SpecText) {
 		return e.hash
 	}
 	h := podSpecHash(o.Cluster.Spec.WithDefaults())
-	s.mu.Lock()
-	if len(s.m) >= s.max {
-		// As appliedMemo: a full memo is tens of thousands of clusters,
-		// each hashed again once.
-		clear(s.m)
-	}
-	s.m[uid] = specEntry{text: bytes.Clone(o.SpecText), hash: h}
-	s.mu.Unlock()
+	s.entries.put(uid, specEntry{text: bytes.Clone(o.SpecText), hash: h})
 	return h
+}
+
+// byUID is what a memo keeps between syncs: one entry per object UID, which
+// the object's next version replaces, so it grows with the objects and not
+// with their versions. The bound only stops a runaway: a full map is
+// forgotten whole rather than tracking recency, since it means tens of
+// thousands of objects, each worked out again once.
+type byUID[E any] struct {
+	max int
+	mu  sync.Mutex
+	m   map[types.UID]E
+}
+
+func newByUID[E any](max int) *byUID[E] { return &byUID[E]{max: max, m: map[types.UID]E{}} }
+
+func (b *byUID[E]) get(uid types.UID) (E, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.m[uid]
+	return e, ok
+}
+
+func (b *byUID[E]) put(uid types.UID, e E) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.m) >= b.max {
+		clear(b.m)
+	}
+	b.m[uid] = e
+}
+
+func (b *byUID[E]) len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.m)
 }

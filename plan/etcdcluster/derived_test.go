@@ -222,8 +222,8 @@ func TestAppliedMemoAgreesWithDecoding(t *testing.T) {
 			}
 		}
 	}
-	if len(memo.m) > memo.max {
-		t.Errorf("memo holds %d entries, bound %d", len(memo.m), memo.max)
+	if n := memo.entries.len(); n > memo.entries.max {
+		t.Errorf("memo holds %d entries, bound %d", n, memo.entries.max)
 	}
 }
 
@@ -282,7 +282,7 @@ func TestPodHashesByText(t *testing.T) {
 	if podSpecHash(observe("a", small).Cluster.Spec.WithDefaults()) == podSpecHash(observe("a", withCPU).Cluster.Spec.WithDefaults()) {
 		t.Fatal("the two specs hash alike: the cases above prove nothing")
 	}
-	if len(memo.m) > 2 {
-		t.Errorf("%d entries, want at most the bound of 2", len(memo.m))
+	if n := memo.entries.len(); n > 2 {
+		t.Errorf("%d entries, want at most the bound of 2", n)
 	}
 }

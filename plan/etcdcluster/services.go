@@ -55,7 +55,8 @@ func clientService(c *v1beta2.EtcdCluster, servingOnly bool) *corev1.Service {
 	labels := selectorLabels(c.Name)
 	selector := labels
 	if servingOnly {
-		selector = map[string]string{LabelApp: "etcd", LabelCluster: c.Name, LabelServing: "true"}
+		selector = selectorLabels(c.Name)
+		selector[LabelServing] = "true"
 	}
 	return &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},

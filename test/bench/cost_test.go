@@ -100,6 +100,43 @@ func TestHookCostReport(t *testing.T) {
 	}
 }
 
+// TestHookCostAB is the hook against the floor that reads and nothing
+// else, in blocks, for the A/B runs of BENCHMARKS.md: a ratio per block
+// shows how much a run moves. BENCH_AB=1 runs it; BENCH_MEMBERS (1),
+// BENCH_BLOCKS (6) and BENCH_BLOCK_SAMPLES (500) shape it, and
+// -cpuprofile profiles it.
+func TestHookCostAB(t *testing.T) {
+	if os.Getenv("BENCH_AB") == "" {
+		t.Skip("set BENCH_AB=1 to measure")
+	}
+	r := newRig(t, envInt("BENCH_MEMBERS", 1), false)
+	for range 100 {
+		r.post(t, "/sync")
+		r.post(t, "/echo-read")
+	}
+	var hookAll, floorAll []time.Duration
+	var ratios []float64
+	for range envInt("BENCH_BLOCKS", 6) {
+		var hook, floor []time.Duration
+		for i := range envInt("BENCH_BLOCK_SAMPLES", 500) {
+			// Each goes first in every other pair.
+			if i%2 == 0 {
+				hook = append(hook, r.timed(t, "/sync"))
+			}
+			floor = append(floor, r.timed(t, "/echo-read"))
+			if i%2 == 1 {
+				hook = append(hook, r.timed(t, "/sync"))
+			}
+		}
+		ratios = append(ratios, ratio(pct(hook, 50), pct(floor, 50)))
+		hookAll, floorAll = append(hookAll, hook...), append(floorAll, floor...)
+	}
+	slices.Sort(ratios)
+	t.Logf("%s: hook p50 %s, floor that reads p50 %s: %.3f×; blocks %.3f–%.3f (median %.3f)", r,
+		us(pct(hookAll, 50)), us(pct(floorAll, 50)), ratio(pct(hookAll, 50), pct(floorAll, 50)),
+		ratios[0], ratios[len(ratios)-1], ratios[len(ratios)/2])
+}
+
 // latencies takes turns at the hook, the floor, the floor that reads and
 // the etcd read of a steady sync on its own, rotating their order, so that
 // whatever else the machine does weighs on all alike.

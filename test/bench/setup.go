@@ -328,7 +328,7 @@ func appliedAsAnswered(request []byte, d etcdcluster.Decision) ([]byte, error) {
 			return nil, err
 		}
 		if key := map[string]string{plan.KindService: hooks.ChildServices, plan.KindPDB: hooks.ChildPDBs}[child.Kind]; key != "" {
-			served, err := servedChild(raw, parent["name"].(string), parent["uid"].(string))
+			served, err := servedChild(raw, parent["name"].(string), parent["uid"].(string), len(pods))
 			if err != nil {
 				return nil, err
 			}
@@ -365,7 +365,7 @@ func answerKeeps(o *etcdcluster.Observed, d etcdcluster.Decision) bool {
 // shape of the captured requests: the answer as last applied, the owner
 // reference, the server's metadata and managedFields, the defaulted spec
 // fields and the status.
-func servedChild(raw json.RawMessage, cluster, clusterUID string) (map[string]any, error) {
+func servedChild(raw json.RawMessage, cluster, clusterUID string, pods int) (map[string]any, error) {
 	var obj map[string]any
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return nil, err
@@ -404,9 +404,11 @@ func servedChild(raw json.RawMessage, cluster, clusterUID string) (map[string]an
 		spec["sessionAffinity"], spec["type"] = "None", "ClusterIP"
 		obj["status"] = map[string]any{"loadBalancer": map[string]any{}}
 	case plan.KindPDB:
+		// Every member healthy: the budget allows what maxUnavailable says.
+		unavailable, _ := spec["maxUnavailable"].(float64)
 		meta["generation"] = 1
 		obj["status"] = map[string]any{
-			"currentHealthy": 3, "desiredHealthy": 2, "disruptionsAllowed": 1, "expectedPods": 3, "observedGeneration": 1,
+			"currentHealthy": pods, "desiredHealthy": pods - int(unavailable), "disruptionsAllowed": int(unavailable), "expectedPods": pods, "observedGeneration": 1,
 			"conditions": []any{map[string]any{"type": "DisruptionAllowed", "status": "True", "reason": "SufficientPods",
 				"lastTransitionTime": "2026-11-22T04:18:50Z", "message": "", "observedGeneration": 1}},
 		}
