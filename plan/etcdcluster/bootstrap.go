@@ -44,7 +44,7 @@ const (
 // It is nil only for a cluster the hook has never started.
 func (p *planner) bootstrapRecord() *v1beta2.BootstrapStatus {
 	o, c := p.o, p.o.Cluster
-	p.serviceRec, p.serviceRecRaw = serviceRecord(o.Services[c.Name])
+	p.serviceRec, p.serviceRecRaw = serviceRecords.of(o.Services[c.Name])
 	rec := newerRecord(c.Status.Bootstrap, p.serviceRec)
 	if rec == nil && p.earlierVersionEvidence() {
 		rec = &v1beta2.BootstrapStatus{SeedMember: p.firstSeedName(), Bootstrapped: true}
@@ -143,10 +143,24 @@ func newerRecord(status, copy *v1beta2.BootstrapStatus) *v1beta2.BootstrapStatus
 // this sync's record says, so that the record is not encoded again on
 // every sync; "" otherwise.
 func (p *planner) recordText() string {
-	if p.rec == nil || p.serviceRec == nil || !reflect.DeepEqual(*p.rec, *p.serviceRec) {
+	if p.rec == nil || p.serviceRec == nil || !sameRecord(p.rec, p.serviceRec) {
 		return ""
 	}
 	return p.serviceRecRaw
+}
+
+// sameRecord is reflect.DeepEqual of two records, field by field: this
+// runs on every sync, and the restore's record is the only part that
+// needs reflection.
+func sameRecord(a, b *v1beta2.BootstrapStatus) bool {
+	if a.SeedMember != b.SeedMember || a.Bootstrapped != b.Bootstrapped || a.ClusterID != b.ClusterID ||
+		a.RecreatedFrom != b.RecreatedFrom || a.RevisionSeen != b.RevisionSeen {
+		return false
+	}
+	if a.Restore == nil || b.Restore == nil {
+		return a.Restore == b.Restore
+	}
+	return reflect.DeepEqual(*a.Restore, *b.Restore)
 }
 
 // serviceRecord decodes the record's copy on the peer Service s, and
@@ -242,8 +256,7 @@ func (p *planner) seed() string {
 // of its UID.
 func (p *planner) firstSeedName() string {
 	if p.firstSeed == "" {
-		c := p.o.Cluster
-		p.firstSeed = SeedName(c.Name, string(c.UID))
+		p.firstSeed = firstSeeds.of(p.o.Cluster)
 	}
 	return p.firstSeed
 }

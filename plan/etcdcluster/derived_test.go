@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"math/rand"
+	"reflect"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -284,5 +286,117 @@ func TestPodHashesByText(t *testing.T) {
 	}
 	if n := memo.entries.len(); n > 2 {
 		t.Errorf("%d entries, want at most the bound of 2", n)
+	}
+}
+
+// The peer Service's record is decoded once per text and never shared: a
+// planner that changes the record it was given changes no other sync's.
+func TestServiceRecordsByText(t *testing.T) {
+	memo := newRecordMemo(2)
+	service := func(uid types.UID, raw string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{UID: uid, Annotations: map[string]string{AnnotationBootstrap: raw}}}
+	}
+	seeded := `{"seedMember":"a-bcdfg","bootstrapped":true,"clusterID":"1f"}`
+	recreated := `{"seedMember":"a-hjklm","recreatedFrom":"a-bcdfg"}`
+	restored := `{"seedMember":"a-npqrs","restore":{"request":"r1","source":{"pvc":{"claimName":"c"}},"backupTime":"2026-11-27T01:00:00Z"}}`
+	cases := []struct {
+		name, reason string
+		s            *corev1.Service
+	}{
+		{"first text", "decoded and remembered", service("a", seeded)},
+		{"same text again", "the remembered record", service("a", seeded)},
+		{"edited record", "another text under the same UID is decoded again", service("a", recreated)},
+		{"with a restore", "a record with pointers is decoded every time", service("a", restored)},
+		{"same restore again", "and not remembered", service("a", restored)},
+		{"invalid text", "no record, as serviceRecord says", service("b", `{"seedMember":`)},
+		{"no annotation", "no record", &corev1.Service{ObjectMeta: metav1.ObjectMeta{UID: "c"}}},
+		{"no UID", "decoded every time", service("", seeded)},
+		{"no Service", "no record", nil},
+	}
+	for _, tc := range cases {
+		wantRec, wantRaw := serviceRecord(tc.s)
+		gotRec, gotRaw := memo.of(tc.s)
+		if diff := cmp.Diff(wantRec, gotRec); diff != "" || gotRaw != wantRaw {
+			t.Errorf("%s (%s): text %q, want %q; record (-want +got):\n%s", tc.name, tc.reason, gotRaw, wantRaw, diff)
+		}
+		if gotRec == nil {
+			continue
+		}
+		// The planner builds on its record.
+		gotRec.RevisionSeen, gotRec.SeedMember = 7, "changed"
+		if gotRec.Restore != nil {
+			gotRec.Restore.Request = "changed"
+		}
+		if again, _ := memo.of(tc.s); cmp.Equal(again, gotRec) {
+			t.Errorf("%s (%s): a record changed by one caller is returned to the next", tc.name, tc.reason)
+		}
+	}
+	if n := memo.entries.len(); n > 2 {
+		t.Errorf("%d entries, want at most the bound of 2", n)
+	}
+}
+
+func TestFirstSeedsByUID(t *testing.T) {
+	memo := newSeedMemo(1)
+	cluster := func(name string, uid types.UID) *v1beta2.EtcdCluster {
+		return &v1beta2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}}
+	}
+	cases := []struct {
+		name, reason string
+		c            *v1beta2.EtcdCluster
+	}{
+		{"first", "derived and remembered", cluster("a", "u1")},
+		{"again", "remembered", cluster("a", "u1")},
+		{"renamed", "a fixture that reuses a UID under another name gets its own seed", cluster("b", "u1")},
+		{"another UID", "past the bound the memo starts afresh", cluster("a", "u2")},
+		{"no UID", "derived every time", cluster("a", "")},
+	}
+	for _, tc := range cases {
+		if got, want := memo.of(tc.c), SeedName(tc.c.Name, string(tc.c.UID)); got != want {
+			t.Errorf("%s (%s): seed %s, want %s", tc.name, tc.reason, got, want)
+		}
+	}
+}
+
+// sameRecord is reflect.DeepEqual of two records: every field of the
+// record changed alone makes them differ, and a new field fails here
+// until sameRecord compares it.
+func TestSameRecord(t *testing.T) {
+	if n := reflect.TypeFor[v1beta2.BootstrapStatus]().NumField(); n != 6 {
+		t.Fatalf("BootstrapStatus has %d fields; sameRecord compares 6", n)
+	}
+	at := metav1.NewTime(time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC))
+	restore := func() *v1beta2.RestoreRecord {
+		return &v1beta2.RestoreRecord{Request: "r", Source: v1beta2.ResolvedSource{PVC: &v1beta2.PVCBackupSource{ClaimName: "c"}}, BackupTime: &at}
+	}
+	base := v1beta2.BootstrapStatus{SeedMember: "a-bcdfg", Bootstrapped: true, ClusterID: "1f", RecreatedFrom: "a-hjklm", RevisionSeen: 1_000_000}
+	cases := []struct {
+		name string
+		edit func(*v1beta2.BootstrapStatus)
+	}{
+		{"alike", func(*v1beta2.BootstrapStatus) {}},
+		{"seed", func(r *v1beta2.BootstrapStatus) { r.SeedMember = "a-other" }},
+		{"bootstrapped", func(r *v1beta2.BootstrapStatus) { r.Bootstrapped = false }},
+		{"cluster ID", func(r *v1beta2.BootstrapStatus) { r.ClusterID = "2e" }},
+		{"recreated from", func(r *v1beta2.BootstrapStatus) { r.RecreatedFrom = "" }},
+		{"revision seen", func(r *v1beta2.BootstrapStatus) { r.RevisionSeen = 2_000_000 }},
+		{"a restore on one side", func(r *v1beta2.BootstrapStatus) { r.Restore = restore() }},
+	}
+	for _, tc := range cases {
+		a, b := base, base
+		tc.edit(&b)
+		if got, want := sameRecord(&a, &b), reflect.DeepEqual(a, b); got != want {
+			t.Errorf("%s: sameRecord %v, reflect.DeepEqual %v", tc.name, got, want)
+		}
+	}
+	// Restores compared by value, not by pointer.
+	a, b := base, base
+	a.Restore, b.Restore = restore(), restore()
+	if !sameRecord(&a, &b) {
+		t.Error("equal restores on both sides: sameRecord says they differ")
+	}
+	b.Restore.Source.PVC.ClaimName = "other"
+	if sameRecord(&a, &b) {
+		t.Error("restores from different claims: sameRecord says they are alike")
 	}
 }
