@@ -3,6 +3,7 @@ package etcdcluster
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -216,9 +217,16 @@ func FuzzPlan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		o := scenario(data)
 		before := fmt.Sprint(o.Membership)
+		pods, claims := maps.Clone(o.Pods), maps.Clone(o.PVCs)
 		d := Plan(o)
 		if fmt.Sprint(o.Membership) != before {
 			t.Fatal("Plan modified its input membership")
+		}
+		// The reconciler plans again on the same observation: a restore
+		// takes Pods out of the planner's view, never out of the caller's.
+		if !maps.Equal(o.Pods, pods) || !maps.Equal(o.PVCs, claims) {
+			t.Fatalf("Plan changed the observed Pods or claims: %v and %v, were %v and %v",
+				slices.Sorted(maps.Keys(o.Pods)), slices.Sorted(maps.Keys(o.PVCs)), slices.Sorted(maps.Keys(pods)), slices.Sorted(maps.Keys(claims)))
 		}
 		// The status must not depend on the random name drawn for a member
 		// not yet added: Metacontroller syncs again on every status change.

@@ -68,6 +68,9 @@ type planner struct {
 	// LabelServing; a member left out keeps what its Pod has. See
 	// serving.go.
 	serving map[string]bool
+	// ownChildren is set once o's Pods and claims are the planner's own
+	// copies; see editChildren.
+	ownChildren bool
 	// firstSeed is SeedName of the cluster's first seed, once computed:
 	// a plan asks for it several times, and it is a SHA-256.
 	firstSeed string
@@ -76,9 +79,9 @@ type planner struct {
 // Plan decides one sync. See the package documentation for the protocol.
 func Plan(observed *Observed) (d Decision) {
 	// The planner may take children out of its view (see restore.go); the
-	// caller's observation stays as it was, since it may plan again on it.
+	// caller's observation stays as it was, since it may plan again on it
+	// (see editChildren).
 	o := *observed
-	o.Pods, o.PVCs = maps.Clone(o.Pods), maps.Clone(o.PVCs)
 	p := &planner{o: &o, observed: observed, spec: o.Cluster.Spec.WithDefaults(), serving: map[string]bool{}}
 	p.rec = p.bootstrapRecord()
 	p.restoreStatus = p.carriedRestoreStatus()
@@ -121,6 +124,16 @@ func Plan(observed *Observed) (d Decision) {
 		d.ResyncAfter = resyncWaiting
 	}
 	return d
+}
+
+// editChildren gives the planner its own copies of the observed Pods and
+// claims before it changes which are in view (only a restore does): the
+// caller's observation stays as it came, and a steady plan copies none.
+func (p *planner) editChildren() {
+	if !p.ownChildren {
+		p.o.Pods, p.o.PVCs = maps.Clone(p.o.Pods), maps.Clone(p.o.PVCs)
+		p.ownChildren = true
+	}
 }
 
 // finalize lets Metacontroller delete every child. Membership is not

@@ -56,6 +56,7 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 	// request's seed among them, which belongs to the cluster the request
 	// is making. Without it the fetch is never seen verified, and the
 	// request never committed.
+	p.editChildren()
 	if pod, ok := p.observed.Pods[seed]; ok {
 		p.o.Pods[seed] = pod
 	}
@@ -205,6 +206,7 @@ func (p *planner) carriedRestoreStatus() *v1beta2.ClusterRestoreStatus {
 // sight, and never starts an empty seed meanwhile: a cluster waiting for
 // its data must not take writes without it.
 func (p *planner) planWithout(seed string) Decision {
+	p.editChildren()
 	delete(p.o.Pods, seed)
 	delete(p.o.PVCs, seed)
 	p.holdEmptySeed = true
@@ -243,6 +245,7 @@ func (p *planner) restoreCost(st *v1beta2.ClusterRestoreStatus) string {
 // one replaced out of the observation, so that no plan renders them again
 // and Metacontroller deletes them.
 func (p *planner) dropSuperseded() {
+	p.editChildren()
 	first := p.firstSeedName()
 	seedOf := func(annotations map[string]string) string {
 		if s := annotations[AnnotationSeedMember]; s != "" {

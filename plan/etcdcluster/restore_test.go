@@ -1,6 +1,7 @@
 package etcdcluster
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -298,9 +299,15 @@ func TestRestorePlan(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			o := apply(observed(newCluster(3, "3.6.16")), tc.edits...)
+			pods, claims := slices.Sorted(maps.Keys(o.Pods)), slices.Sorted(maps.Keys(o.PVCs))
 			got := restoreOutcomeOf(o, Plan(o))
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("%s (-want +got):\n%s", tc.reason, diff)
+			}
+			// The reconciler plans again on the same observation: the
+			// restore takes Pods out of the planner's view, not the caller's.
+			if diff := cmp.Diff([][]string{pods, claims}, [][]string{slices.Sorted(maps.Keys(o.Pods)), slices.Sorted(maps.Keys(o.PVCs))}); diff != "" {
+				t.Errorf("Plan changed the observed Pods or claims (-before +after):\n%s", diff)
 			}
 		})
 	}
