@@ -22,8 +22,9 @@ var ErrNotEtcdSnapshot = errors.New("not an etcd snapshot")
 // etcdutl would refuse is refused here first, where the reason can still
 // name the object.
 type snapshotDB struct {
-	// Revision is the highest main revision in the "key" bucket, what
-	// etcd's store is at once restored (before --bump-revision).
+	// Revision is what etcd's store is at once restored (before
+	// --bump-revision): the highest main revision in the "key" bucket, or
+	// the last compaction's when that is higher.
 	Revision int64
 	// StorageVersion is "major.minor" from meta/storageVersion, which etcd
 	// writes from 3.6 on; empty for a snapshot of 3.5 or older.
@@ -37,6 +38,10 @@ var (
 	keyBucket          = []byte("key")
 	metaBucket         = []byte("meta")
 	storageVersionName = []byte("storageVersion")
+	// The revisions of the last compaction finished and scheduled, in the
+	// "key" bucket's key layout.
+	finishedCompactName  = []byte("finishedCompactRev")
+	scheduledCompactName = []byte("scheduledCompactRev")
 )
 
 const revisionKeyLen = 8 + 1 + 8
@@ -80,6 +85,18 @@ func readSnapshotDB(path string, dbSize int64) (info snapshotDB, err error) {
 			info.Revision = int64(binary.BigEndian.Uint64(k[:8]))
 		}
 		if meta := tx.Bucket(metaBucket); meta != nil {
+			// A compaction removes the tombstones at or below its revision:
+			// when the newest revision was a delete, no key holds it any
+			// more, and etcd takes its revision from the compaction's
+			// (mvcc's restore does the same), so as not to go backwards.
+			for _, name := range [][]byte{finishedCompactName, scheduledCompactName} {
+				if v := meta.Get(name); v != nil {
+					if len(v) < 8 {
+						return fmt.Errorf("%w: meta %q holds %x, which is not a revision", ErrNotEtcdSnapshot, name, v)
+					}
+					info.Revision = max(info.Revision, int64(binary.BigEndian.Uint64(v[:8])))
+				}
+			}
 			if v := meta.Get(storageVersionName); v != nil {
 				mm, err := minorOf(string(v))
 				if err != nil {

@@ -41,6 +41,27 @@ func TestReadSnapshotDB(t *testing.T) {
 		},
 		want: snapshotDB{Revision: 300, StorageVersion: "3.6"},
 	}, {
+		name:   "newest revision compacted away",
+		reason: "a compaction at the newest revision, a delete, removed its tombstone: the revision is the compaction's, as etcd restores it",
+		buckets: map[string]map[string][]byte{
+			"key":  {string(revKey(40, 0, false)): nil},
+			"meta": {"finishedCompactRev": revKey(42, 0, false), "scheduledCompactRev": revKey(42, 0, false)},
+		},
+		want: snapshotDB{Revision: 42},
+	}, {
+		name:   "compaction scheduled, not finished",
+		reason: "etcd takes the scheduled compaction's revision too (etcd-io/etcd#17780)",
+		buckets: map[string]map[string][]byte{
+			"key":  {string(revKey(40, 0, false)): nil},
+			"meta": {"finishedCompactRev": revKey(30, 0, false), "scheduledCompactRev": revKey(45, 0, false)},
+		},
+		want: snapshotDB{Revision: 45},
+	}, {
+		name:    "compaction revision not a revision",
+		reason:  "a meta value etcd never writes",
+		buckets: map[string]map[string][]byte{"key": {}, "meta": {"finishedCompactRev": {1, 2}}},
+		wantErr: true,
+	}, {
 		name:    "3.5",
 		reason:  "etcd 3.5 writes no storage version",
 		buckets: map[string]map[string][]byte{"key": {string(revKey(7, 0, false)): nil}, "meta": {}},

@@ -147,7 +147,7 @@ func Select(h History, t Target) (Path, error) {
 		if t.Revision < oldest.To {
 			return Path{}, fmt.Errorf("%w: revision %d, and the oldest snapshot of history %s is at revision %d", ErrBeforeOldest, t.Revision, h.ID, oldest.To)
 		}
-		if last := h.lastRevision(); t.Revision > last {
+		if last := h.LastRevision(); t.Revision > last {
 			return Path{}, fmt.Errorf("%w: revision %d, and history %s holds revisions up to %d", ErrAfterNewest, t.Revision, h.ID, last)
 		}
 	case !t.Time.IsZero():
@@ -188,8 +188,9 @@ func Select(h History, t Target) (Path, error) {
 	return p, nil
 }
 
-// lastRevision is the newest revision any object of h names.
-func (h History) lastRevision() int64 {
+// LastRevision is the newest revision any object of h names: where an
+// archiver resumes.
+func (h History) LastRevision() int64 {
 	var last int64
 	for _, s := range h.Snapshots {
 		last = max(last, s.To)

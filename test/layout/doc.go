@@ -2,7 +2,8 @@
 // they cannot erode one change at a time:
 //   - every arrow points down: no planner, and not hooks, links a client
 //     of etcd, grpc, minio-go or bbolt; etcdclient imports no planner; the
-//     leaves (membership, plan, agent/report) import nothing above them;
+//     leaves (membership, plan, agent/report, agent/archive) import nothing
+//     above them;
 //   - no package is named after a standard-library package;
 //   - no product file is over 400 lines, no file of the test helpers
 //     (test/e2e/harness, internal/) over 600, and no file is named after

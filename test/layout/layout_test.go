@@ -113,6 +113,7 @@ func TestArrowsPointDown(t *testing.T) {
 		{"hooks", "the wire contract decodes and encodes; the reconciler it is given does the I/O", append(clients, module+"/etcdclient", module+"/reconcile", "="+module+"/agent")},
 		{"membership", "etcd's vocabulary is a leaf", append(clients, module+"/")},
 		{"agent/report", "the agents' contract is a leaf the planners can read", append(clients, module+"/", "k8s.io/")},
+		{"agent/archive", "a continuous backup's layout reads listings and bytes, never a store or etcd", append(clients, module+"/", "k8s.io/", "go.etcd.io/")},
 		{"etcdclient", "the door to etcd speaks membership's vocabulary, never a planner's", []string{module + "/plan", module + "/reconcile", module + "/hooks", "=" + module + "/agent"}},
 		{"api/v1beta2", "the types are below everything", []string{module + "/"}},
 		{"agent", "the agents never decide what a planner decides", []string{module + "/plan", module + "/reconcile", module + "/hooks"}},
