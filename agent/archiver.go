@@ -3,9 +3,13 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -219,3 +223,25 @@ func lastDelta(h archive.History) *archive.Object {
 }
 
 func timePtr(t time.Time) *time.Time { t = t.UTC(); return &t }
+
+// LoadKey reads an encryption key from the file a Secret's key is mounted
+// as: its 32 bytes as they are, or written as base64 or hex (what
+// "kubectl create secret --from-literal" gets from a shell). The error
+// says how long it was, never what it holds.
+func LoadKey(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("the encryption key: %w", err)
+	}
+	if len(data) == archive.KeySize {
+		return data, nil
+	}
+	text := strings.TrimSpace(string(data))
+	if k, err := base64.StdEncoding.DecodeString(text); err == nil && len(k) == archive.KeySize {
+		return k, nil
+	}
+	if k, err := hex.DecodeString(text); err == nil && len(k) == archive.KeySize {
+		return k, nil
+	}
+	return nil, fmt.Errorf("the encryption key in %s is %d bytes: it must be %d bytes, or them in base64 or hex", path, len(data), archive.KeySize)
+}

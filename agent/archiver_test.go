@@ -3,12 +3,15 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -411,6 +414,35 @@ func TestArchiverSealed(t *testing.T) {
 		}
 		if _, err := archive.NewOpener(bytes.NewReader(data), bytes.Repeat([]byte{8}, archive.KeySize), o.Name); !errors.Is(err, archive.ErrWrongKey) {
 			t.Errorf("%s opened with another key: %v, want ErrWrongKey", o.Key, err)
+		}
+	}
+}
+
+func TestLoadKey(t *testing.T) {
+	dir := t.TempDir()
+	key := bytes.Repeat([]byte{0xab}, archive.KeySize)
+	cases := []struct {
+		name, reason string
+		data         []byte
+		ok           bool
+	}{
+		{"raw", "the Secret's bytes as they are", key, true},
+		{"base64", "kubectl create secret --from-literal with base64 text", []byte(base64.StdEncoding.EncodeToString(key) + "\n"), true},
+		{"hex", "openssl rand -hex 32", []byte(hex.EncodeToString(key)), true},
+		{"short", "16 bytes is AES-128's", key[:16], false},
+		{"passphrase", "a password is not a key", []byte("correct horse battery staple"), false},
+	}
+	for _, tc := range cases {
+		path := filepath.Join(dir, tc.name)
+		if err := os.WriteFile(path, tc.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := LoadKey(path)
+		switch {
+		case tc.ok && (err != nil || !bytes.Equal(got, key)):
+			t.Errorf("%s (%s): %x, %v", tc.name, tc.reason, got, err)
+		case !tc.ok && (err == nil || strings.Contains(err.Error(), string(tc.data))):
+			t.Errorf("%s (%s): %v; want an error that does not show the key", tc.name, tc.reason, err)
 		}
 	}
 }

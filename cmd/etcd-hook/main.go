@@ -30,6 +30,9 @@ func main() {
 	if len(args) > 0 && args[0] == "restore" {
 		run, args = runRestore, args[1:]
 	}
+	if len(args) > 0 && args[0] == "archive" {
+		run, args = runArchive, args[1:]
+	}
 	if err := run(args); err != nil {
 		fmt.Fprintln(os.Stderr, "etcd-hook:", err)
 		os.Exit(exitCode(err))
