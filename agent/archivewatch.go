@@ -152,6 +152,11 @@ func (a *Archiver) watch(ctx context.Context, cli *clientv3.Client, history stri
 			for _, ev := range resp.Events {
 				buf.add(ev.Kv.ModRevision, at, ev)
 				received = max(received, ev.Kv.ModRevision)
+				// A lease's TTL is asked for as soon as a key is seen on it:
+				// a lease revoked before it is asked for has none to give.
+				if ev.Type == mvccpb.Event_PUT && ev.Kv.Lease != 0 {
+					a.leaseTTL(ctx, cli, ev.Kv.Lease)
+				}
 			}
 			// A progress notification says every revision up to its header's
 			// was delivered.
@@ -274,10 +279,10 @@ func (a *Archiver) sealed(r io.Reader, name string) (io.ReadCloser, error) {
 }
 
 // leaseTTLs are the granted TTLs of the leases revs attach keys to. The
-// watch does not carry them, so each lease is asked for once. A lease
-// already gone when asked has TTL 0: its keys' deletions follow in the
-// watch, and a restore to a revision before them grants it etcd's
-// minimum TTL.
+// watch does not carry them, so each lease is asked for once, when a key
+// on it is first seen (leaseTTL). A lease already gone by then has TTL 0:
+// its keys' deletions follow in the watch, and a restore to a revision
+// before them grants it a fallback TTL (see replay.go).
 func (a *Archiver) leaseTTLs(ctx context.Context, cli *clientv3.Client, revs []archive.Revision) []archive.Lease {
 	var out []archive.Lease
 	seen := map[int64]bool{}
@@ -287,23 +292,33 @@ func (a *Archiver) leaseTTLs(ctx context.Context, cli *clientv3.Client, revs []a
 				continue
 			}
 			seen[e.Lease] = true
-			ttl, ok := a.leases[e.Lease]
-			if !ok {
-				lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				resp, err := cli.TimeToLive(lctx, clientv3.LeaseID(e.Lease))
-				cancel()
-				if err == nil && resp.TTL > 0 {
-					ttl = resp.GrantedTTL
-					if len(a.leases) >= 1<<16 {
-						clear(a.leases)
-					}
-					a.leases[e.Lease] = ttl
-				}
-			}
-			out = append(out, archive.Lease{ID: e.Lease, TTL: ttl})
+			out = append(out, archive.Lease{ID: e.Lease, TTL: a.leaseTTL(ctx, cli, e.Lease)})
 		}
 	}
 	return out
+}
+
+// leaseTTL is the lease's granted TTL, asked for once; 0 when it is gone.
+func (a *Archiver) leaseTTL(ctx context.Context, cli *clientv3.Client, id int64) int64 {
+	if ttl, ok := a.leases[id]; ok {
+		return ttl
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	resp, err := cli.TimeToLive(lctx, clientv3.LeaseID(id))
+	cancel()
+	if err != nil {
+		// Asked again with the next key on it, or when its delta is stored.
+		return 0
+	}
+	var ttl int64
+	if resp.TTL > 0 {
+		ttl = resp.GrantedTTL
+	}
+	if len(a.leases) >= 1<<16 {
+		clear(a.leases)
+	}
+	a.leases[id] = ttl
+	return ttl
 }
 
 // hashKV is the cluster's HashKV at rev, from the first member that

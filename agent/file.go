@@ -184,3 +184,16 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	}
 	return c.r.Read(p)
 }
+
+// Open reads the file under key; a missing one is unusable.
+func (f *FileStore) Open(_ context.Context, key string) (io.ReadCloser, error) {
+	p, err := f.path(key)
+	if err != nil {
+		return nil, unusable(err)
+	}
+	file, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, unusable(fmt.Errorf("%s does not exist", f.Location(key)))
+	}
+	return file, err
+}

@@ -244,3 +244,18 @@ func (s *S3Store) describe(op string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
+
+// Open reads the object under key. A key, bucket or credentials the store
+// refuses is unusable: another attempt would be refused the same way.
+func (s *S3Store) Open(ctx context.Context, key string) (io.ReadCloser, error) {
+	body, _, _, err := s.core.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		code := minio.ToErrorResponse(err).Code
+		err = s.describe("read "+s.Location(key), err)
+		if s3Unusable[code] {
+			return nil, unusable(err)
+		}
+		return nil, err
+	}
+	return body, nil
+}

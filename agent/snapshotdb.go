@@ -84,6 +84,8 @@ func readSnapshotDB(path string, dbSize int64) (info snapshotDB, err error) {
 			}
 			info.Revision = int64(binary.BigEndian.Uint64(k[:8]))
 		}
+		// A store never written to is at revision 1, as etcd starts it.
+		info.Revision = max(info.Revision, 1)
 		if meta := tx.Bucket(metaBucket); meta != nil {
 			// A compaction removes the tombstones at or below its revision:
 			// when the newest revision was a delete, no key holds it any

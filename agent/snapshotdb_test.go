@@ -68,8 +68,9 @@ func TestReadSnapshotDB(t *testing.T) {
 		want:    snapshotDB{Revision: 7},
 	}, {
 		name:    "no keys",
-		reason:  "a cluster never written to has an empty key bucket",
+		reason:  "a cluster never written to has an empty key bucket, and etcd starts its store at revision 1",
 		buckets: map[string]map[string][]byte{"key": {}},
+		want:    snapshotDB{Revision: 1},
 	}, {
 		name:    "no key bucket",
 		reason:  "a bbolt database that is not etcd's",

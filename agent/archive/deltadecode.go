@@ -19,7 +19,11 @@ import (
 // byte changed fails with ErrBadDelta, so that nothing of it is replayed.
 func DecodeDelta(r io.Reader) (*Delta, error) {
 	magic := make([]byte, len(deltaMagic))
-	if _, err := io.ReadFull(r, magic); err != nil || !bytes.Equal(magic, deltaMagic) {
+	if _, err := io.ReadFull(r, magic); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		// The object's own reader failed (a sealed chunk that does not
+		// open, say): its reason, not this one's.
+		return nil, fmt.Errorf("%w: %w", ErrBadDelta, err)
+	} else if err != nil || !bytes.Equal(magic, deltaMagic) {
 		return nil, fmt.Errorf("%w: it does not start as a delta", ErrBadDelta)
 	}
 	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(MaxDeltaBytes))
@@ -31,16 +35,13 @@ func DecodeDelta(r io.Reader) (*Delta, error) {
 	d := &recordReader{r: bufio.NewReaderSize(io.LimitReader(zr, MaxDeltaBytes), 64<<10), h: h}
 	delta, err := d.delta()
 	if err != nil {
-		var z error
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			z = errors.New("cut short")
-		} else {
-			z = err
+		switch {
+		case errors.Is(err, ErrBadDelta):
+			return nil, err
+		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+			return nil, fmt.Errorf("%w: cut short", ErrBadDelta)
 		}
-		if errors.Is(z, ErrBadDelta) {
-			return nil, z
-		}
-		return nil, fmt.Errorf("%w: %v", ErrBadDelta, z)
+		return nil, fmt.Errorf("%w: %w", ErrBadDelta, err)
 	}
 	return delta, nil
 }
