@@ -22,7 +22,7 @@ import (
 // target revision: value, create and mod revision, version and lease.
 
 type kvAt struct {
-	Value                             string
+	Value                            string
 	Create, Mod, Version, Lease, TTL int64
 }
 
