@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/etcdhook/etcd-hook/agent/archive"
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/internal/s3test"
 	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
@@ -236,5 +239,69 @@ func TestRestoreChainRefuses(t *testing.T) {
 			t.Errorf("%s: a snapshot was written", tc.name)
 		}
 		t.Logf("%s: %v", tc.name, err)
+	}
+}
+
+// The restore fetch of a continuous backup, from a volume and from S3
+// (versitygw): the backup's key, or a snapshot's key naming its history.
+func TestFetchChain(t *testing.T) {
+	r := newArchiveRig(t)
+	f := &fixture{etcd: r.etcd, s3: s3test.Start(t)}
+	f.s3.CreateBucket(t, bucket)
+	f.cfg = f.config(t, s3test.AccessKey, s3test.SecretKey)
+	f.store = f.storeFor(t, f.cfg)
+	volume := r.start(t, nil)
+	s3run := func() running {
+		a, err := NewArchiver(ArchiveOptions{Endpoints: r.etcd.Endpoints(), Base: f.cfg.Key(), DeltaInterval: time.Second, SpoolDir: t.TempDir()}, f.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		var once sync.Once
+		stop := func() { once.Do(func() { cancel(); <-done }) }
+		t.Cleanup(stop)
+		return running{a, stop}
+	}()
+	target := r.writes(t, "/one", 80)
+	last := r.writes(t, "/two", 80)
+	waitStored(t, volume.a, last)
+	waitStored(t, s3run.a, last)
+	volume.stop()
+	s3run.stop()
+	h, _ := r.stored(t, nil)
+	awsDir := s3test.AWSDir(t, s3test.AccessKey, s3test.SecretKey)
+	s3src := func(path string) *S3Source {
+		return &S3Source{Path: path, Endpoint: f.s3.URL, ForcePathStyle: true, AWSDir: awsDir}
+	}
+	cases := []struct {
+		name string
+		opts FetchOptions
+	}{
+		{"volume, the backup's key", FetchOptions{File: filepath.Join(r.root, archiveBase)}},
+		{"volume, a snapshot's key", FetchOptions{File: filepath.Join(r.root, h.Snapshots[0].Key)}},
+		{"S3, the backup's key", FetchOptions{S3: s3src(f.cfg.Path)}},
+	}
+	want := state(t, r.cli, target)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := tc.opts
+			opts.Chain = &ChainFetch{Target: archive.Target{Revision: target}}
+			opts.EtcdVersion, opts.DataDir, opts.Snapshot = etcdtest.Version37, filepath.Join(dir, "data"), filepath.Join(dir, "restore", "snapshot.db")
+			res := Fetch(context.Background(), opts)
+			if !res.Succeeded || res.Revision != target || res.Deltas == 0 || res.History == "" {
+				t.Fatalf("fetch: %+v", res)
+			}
+			if diff := cmp.Diff(want, restored(t, opts.Snapshot), cmpIgnoreTTL); diff != "" {
+				t.Errorf("(-live at %d +restored):\n%s", target, diff)
+			}
+			// A rerun reuses what the first verified.
+			again := Fetch(context.Background(), opts)
+			if !again.Succeeded || again.Revision != target || !strings.Contains(again.Reason, "earlier run") {
+				t.Errorf("rerun: %+v", again)
+			}
+		})
 	}
 }

@@ -51,6 +51,9 @@ type FetchOptions struct {
 	// The backup: exactly one of S3 and File.
 	S3   *S3Source
 	File string
+	// Chain, if set, reads a continuous backup and rebuilds the state at
+	// its target (chainfetch.go).
+	Chain *ChainFetch
 	// SHA256, if set, is the hex sha256 the whole snapshot must have.
 	SHA256 string
 	// EtcdVersion is the cluster's etcd release: a snapshot of a newer minor
@@ -80,6 +83,9 @@ func (o FetchOptions) Validate() error {
 		errs = append(errs, errors.New("no backup to restore: give --s3-path or --file"))
 	case o.S3 != nil && o.S3.Path == "":
 		errs = append(errs, errors.New(`--s3-path is empty; it is "<bucket>/<key>"`))
+	}
+	if o.Chain != nil && o.SHA256 != "" {
+		errs = append(errs, errors.New("--sha256 names one snapshot; a continuous backup's state is rebuilt, and checked as it is"))
 	}
 	if o.SHA256 != "" {
 		if b, err := hex.DecodeString(o.SHA256); err != nil || len(b) != 32 {
@@ -123,6 +129,9 @@ func Fetch(ctx context.Context, opts FetchOptions) report.RestoreResult {
 	}
 	src := opts.source(log)
 	res := report.RestoreResult{Source: src.location()}
+	if opts.Chain != nil {
+		res.Source = opts.chainSourceName()
+	}
 	fail := func(err error) report.RestoreResult {
 		res.Succeeded, res.Permanent, res.Reason = false, isUnusable(err), err.Error()
 		log.Error("restore fetch failed", "source", res.Source, "permanent", res.Permanent, "reason", res.Reason)
@@ -165,7 +174,13 @@ func Fetch(ctx context.Context, opts FetchOptions) report.RestoreResult {
 		return prev
 	}
 
-	got, err := download(ctx, opts, src, log)
+	var got verified
+	var err error
+	if opts.Chain != nil {
+		got, err = fetchChain(ctx, opts, &res, log)
+	} else {
+		got, err = download(ctx, opts, src, log)
+	}
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, context.Cause(ctx)) {
 			err = cause(ctx, err)

@@ -30,6 +30,13 @@ type RestoreResult struct {
 	// AlreadyRestored says the member's data dir already held a member:
 	// nothing was fetched or changed.
 	AlreadyRestored bool `json:"alreadyRestored"`
+	// Of a restore from a continuous backup: the history (etcd cluster ID)
+	// read, the deltas replayed after its snapshot, and the cluster's
+	// HashKV checkpoints the replay matched. Revision is the revision
+	// rebuilt.
+	History string `json:"history,omitempty"`
+	Deltas  int    `json:"deltas,omitempty"`
+	Hashes  int    `json:"hashes,omitempty"`
 }
 
 // ExitCode is the step's exit code for r.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/etcdhook/etcd-hook/agent"
+	"github.com/etcdhook/etcd-hook/agent/archive"
 	"github.com/etcdhook/etcd-hook/agent/report"
 )
 
@@ -76,6 +77,13 @@ func parseFetchFlags(args []string, output io.Writer) (fetchFlags, error) {
 	fs.StringVar(&f.opts.ToolsDir, "tools-dir", "", "directory to copy this executable into, for the restore step in the etcd image")
 	fs.DurationVar(&f.opts.Timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	fs.StringVar(&f.resultFile, "result-file", "/dev/termination-log", "where the JSON result goes (the container's termination message)")
+	var chain agent.ChainFetch
+	var continuous bool
+	var at string
+	fs.BoolVar(&continuous, "chain", false, "the backup is a continuous one: --s3-path or --file is its key, or the key of one of its snapshots; the state at --revision or --time is rebuilt")
+	fs.Int64Var(&chain.Target.Revision, "revision", 0, "with --chain, the revision to restore; 0 and no --time for the newest stored")
+	fs.StringVar(&at, "time", "", "with --chain, restore the state as of this moment (RFC 3339): the newest revision seen committed by then")
+	fs.StringVar(&chain.KeyFile, "key-file", "", "with --chain, the mounted Secret key that opens an encrypted backup")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
@@ -84,6 +92,22 @@ func parseFetchFlags(args []string, output io.Writer) (fetchFlags, error) {
 	}
 	if s3.Path != "" {
 		f.opts.S3 = &s3
+	}
+	if at != "" {
+		t, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			return f, fmt.Errorf("--time %q is not an RFC 3339 time", at)
+		}
+		chain.Target.Time = t
+	}
+	switch {
+	case continuous:
+		if chain.Target.Revision != 0 && !chain.Target.Time.IsZero() {
+			return f, errors.New("--revision and --time name two targets; give one")
+		}
+		f.opts.Chain = &chain
+	case chain.Target != (archive.Target{}) || chain.KeyFile != "":
+		return f, errors.New("--revision, --time and --key-file are for a continuous backup: add --chain")
 	}
 	return f, f.opts.Validate()
 }
