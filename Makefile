@@ -55,7 +55,7 @@ endif
 include mk/charts.mk
 include mk/monitoring.mk
 
-.PHONY: help build run test unit e2e fuzz soak bench bench-quick manifests verify-manifests fmt vet lint docker-build clean
+.PHONY: help build run test unit e2e fuzz soak bench bench-quick bench-archive manifests verify-manifests fmt vet lint docker-build clean
 
 help: ## list the targets
 	@echo "Usage: make <target> [VAR=value]"
@@ -192,7 +192,8 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 # the Go benchmarks of the same pairs.
 bench: build etcd-bins $(VERSITYGW) ## measure the hook against its floor (BENCHMARKS.md tables)
 	BENCH_REPORT=1 BENCH_REPORT_FILE=$(BIN_DIR)/hook-cost.md BENCH_ISOLATION_FILE=$(BIN_DIR)/isolation.md BENCH_BACKUP_FILE=$(BIN_DIR)/backup.md \
-		$(GO) test ./test/bench -run '^Test(HookCost|UnreachableIsolation|BackupCost)Report$$' -count=1 -v -timeout 20m
+		BENCH_ARCHIVE_FILE=$(BIN_DIR)/archive.md \
+		$(GO) test ./test/bench -run '^Test(HookCost|UnreachableIsolation|BackupCost|ArchiveRPO)Report$$' -count=1 -v -timeout 25m
 	$(GO) test ./test/bench ./plan/etcdcluster -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -count=1
 	BENCH_REPORT=1 $(GO) test ./etcdclient -run '^TestConnectionCostReport$$' -count=1 -v
 	BENCH_REPORT=1 BENCH_SCALE_FILE=$(BIN_DIR)/scale.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 20m
@@ -211,6 +212,11 @@ bench-quick: build etcd-bins ## a short hook-cost run, plain and TLS members, fo
 .PHONY: bench-backup
 bench-backup: build etcd-bins $(VERSITYGW) ## the backup agent against its floor, 64 and 256 MiB (bin/backup.md)
 	BENCH_REPORT=1 BENCH_BACKUP_FILE=$(BIN_DIR)/backup.md $(GO) test ./test/bench -run '^TestBackupCostReport$$' -count=1 -v -timeout 15m
+
+# The continuous backup's stored lag (RPO) behind 1,000 and 5,000 puts/s,
+# and the archiver's CPU and peak RSS (bin/archive.md).
+bench-archive: build etcd-bins ## the archiver's RPO, CPU and memory at 1,000 and 5,000 puts/s (bin/archive.md)
+	BENCH_REPORT=1 BENCH_ARCHIVE_FILE=$(BIN_DIR)/archive.md $(GO) test ./test/bench -run '^TestArchiveRPOReport$$' -count=1 -v -timeout 10m
 
 # A restore of 256 MiB into 3 members, EtcdRestore to 3 ready, against the
 # download, etcdutl restore and member starts of the same run (bin/restore.md).
