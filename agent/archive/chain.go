@@ -124,9 +124,8 @@ type Path struct {
 	Snapshot Object
 	Deltas   []Object
 	// Revision is the target revision. For a time target, the deltas'
-	// names only bound it: Resolved is false until the replay, which
-	// reads the commit times, says which revision of the last delta is
-	// the newest seen committed by the time (see ResolveTime).
+	// names only bound it when Resolved is false: the replay then stops
+	// at the first revision of the last delta received after the time.
 	Revision int64
 	Resolved bool
 }

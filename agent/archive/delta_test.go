@@ -195,27 +195,3 @@ func FuzzDelta(f *testing.F) {
 		}
 	})
 }
-
-func TestResolveTime(t *testing.T) {
-	d := sampleDelta() // 101 and 102 at 1 s, 103 at 2 s
-	copyOf := sampleDelta()
-	copyOf.Revisions[2].Received = at(1) // another archiver saw 103 sooner
-	cases := []struct {
-		name, reason string
-		deltas       []*Delta
-		t            time.Time
-		floor, want  int64
-	}{
-		{"before any", "the floor: the snapshot", []*Delta{d}, at(0), 100, 100},
-		{"at a receipt", "at or before", []*Delta{d}, at(1), 100, 102},
-		{"between", "the newest seen by then", []*Delta{d}, at(1).Add(time.Millisecond), 100, 102},
-		{"after all", "the last", []*Delta{d}, at(3), 100, 103},
-		{"a faster copy", "the earliest time any archiver saw a revision", []*Delta{d, copyOf}, at(1), 100, 103},
-		{"floor above", "never below what names proved", []*Delta{d}, at(1), 103, 103},
-	}
-	for _, tc := range cases {
-		if got := ResolveTime(tc.deltas, tc.t, tc.floor); got != tc.want {
-			t.Errorf("%s (%s): %d, want %d", tc.name, tc.reason, got, tc.want)
-		}
-	}
-}

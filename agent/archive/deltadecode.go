@@ -220,25 +220,3 @@ func (d *recordReader) end(out *Delta, events uint64, sum []byte) error {
 	}
 	return out.Validate()
 }
-
-// ResolveTime is the newest revision of the deltas (in replay order)
-// received at or before t, and no older than floor (the path's snapshot,
-// or the revision names already proved). Revisions of overlapping deltas
-// count once each, at the earliest time any archiver saw them.
-func ResolveTime(deltas []*Delta, t time.Time, floor int64) int64 {
-	seen := map[int64]time.Time{}
-	for _, d := range deltas {
-		for _, r := range d.Revisions {
-			if at, ok := seen[r.Revision]; !ok || r.Received.Before(at) {
-				seen[r.Revision] = r.Received
-			}
-		}
-	}
-	rev := floor
-	for r, at := range seen {
-		if r > rev && !at.After(t) {
-			rev = r
-		}
-	}
-	return rev
-}
