@@ -60,11 +60,17 @@ type running struct {
 
 func (r *archiveRig) start(t *testing.T, edit func(*ArchiveOptions)) running {
 	t.Helper()
-	opts := ArchiveOptions{Endpoints: r.etcd.Endpoints(), Base: archiveBase, DeltaInterval: time.Second, SpoolDir: t.TempDir()}
+	return r.startOn(t, r.store, archiveBase, edit)
+}
+
+// startOn runs an archiver of the rig's cluster on another store.
+func (r *archiveRig) startOn(t *testing.T, store Store, base string, edit func(*ArchiveOptions)) running {
+	t.Helper()
+	opts := ArchiveOptions{Endpoints: r.etcd.Endpoints(), Base: base, DeltaInterval: time.Second, SpoolDir: t.TempDir()}
 	if edit != nil {
 		edit(&opts)
 	}
-	a, err := NewArchiver(opts, r.store)
+	a, err := NewArchiver(opts, store)
 	if err != nil {
 		t.Fatal(err)
 	}

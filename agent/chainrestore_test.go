@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -251,19 +250,7 @@ func TestFetchChain(t *testing.T) {
 	f.cfg = f.config(t, s3test.AccessKey, s3test.SecretKey)
 	f.store = f.storeFor(t, f.cfg)
 	volume := r.start(t, nil)
-	s3run := func() running {
-		a, err := NewArchiver(ArchiveOptions{Endpoints: r.etcd.Endpoints(), Base: f.cfg.Key(), DeltaInterval: time.Second, SpoolDir: t.TempDir()}, f.store)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		var once sync.Once
-		stop := func() { once.Do(func() { cancel(); <-done }) }
-		t.Cleanup(stop)
-		return running{a, stop}
-	}()
+	s3run := r.startOn(t, f.store, f.cfg.Key(), nil)
 	target := r.writes(t, "/one", 80)
 	last := r.writes(t, "/two", 80)
 	waitStored(t, volume.a, last)
