@@ -135,6 +135,12 @@ func (a *Archiver) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
+		if err == errNewChain {
+			// Not a failure: the snapshot that begins the next chain is
+			// stored, and the chain break is in the status.
+			backoff = time.Second
+			continue
+		}
 		a.failed("archiving stopped; resuming from the store", err)
 		if a.now().Sub(start) > time.Minute {
 			backoff = time.Second
