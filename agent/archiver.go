@@ -3,13 +3,10 @@ package agent
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 
 	"github.com/etcdhook/etcd-hook/agent/archive"
 	"github.com/etcdhook/etcd-hook/agent/report"
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
 )
 
 // ArchiveOptions is one continuous backup ("etcd-hook archive"): a
@@ -239,15 +237,9 @@ func LoadKey(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the encryption key: %w", err)
 	}
-	if len(data) == archive.KeySize {
-		return data, nil
+	key, err := v1beta2.ParseEncryptionKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("the encryption key in %s: %w", path, err)
 	}
-	text := strings.TrimSpace(string(data))
-	if k, err := base64.StdEncoding.DecodeString(text); err == nil && len(k) == archive.KeySize {
-		return k, nil
-	}
-	if k, err := hex.DecodeString(text); err == nil && len(k) == archive.KeySize {
-		return k, nil
-	}
-	return nil, fmt.Errorf("the encryption key in %s is %d bytes: it must be %d bytes, or them in base64 or hex", path, len(data), archive.KeySize)
+	return key, nil
 }

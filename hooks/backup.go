@@ -32,6 +32,9 @@ type BackupConfig struct {
 	// Observe, if set, is told of every sync answered with 200 (the
 	// per-object metrics; see server/clustermetrics.go).
 	Observe func(*etcdbackup.Observed, etcdbackup.Decision)
+	// ArchiveStatus reads continuous backups' archivers; HTTP at the
+	// Pod's IP when nil.
+	ArchiveStatus ArchiveStatusReader
 }
 
 // BackupSyncHandler serves the EtcdBackup sync hook, and
@@ -71,6 +74,13 @@ func (h backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	o.Finalizing = o.Finalizing || h.finalize
 	o.AgentImage = h.cfg.AgentImage
+	if !o.Finalizing {
+		reader := h.cfg.ArchiveStatus
+		if reader == nil {
+			reader = HTTPArchiveStatus{}
+		}
+		o.Archive = readArchivers(r.Context(), reader, o.Pods)
+	}
 	o.Now = time.Now()
 	if h.cfg.Now != nil {
 		o.Now = h.cfg.Now()

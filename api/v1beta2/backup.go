@@ -52,6 +52,8 @@ const (
 // BackupSpec says what to back up, where to, and how often.
 //
 // +kubebuilder:validation:XValidation:rule="(has(self.etcdEndpoints) && size(self.etcdEndpoints) > 0) != (has(self.clusterName) && size(self.clusterName) > 0)",message="name the cluster by etcdEndpoints or by clusterName, exactly one of them"
+// +kubebuilder:validation:XValidation:rule="!has(self.encryption) || (has(self.backupPolicy) && has(self.backupPolicy.deltaIntervalInSecond) && self.backupPolicy.deltaIntervalInSecond > 0)",message="spec.encryption is for continuous backups: set spec.backupPolicy.deltaIntervalInSecond"
+// +kubebuilder:validation:XValidation:rule="!has(self.backupPolicy) || !has(self.backupPolicy.compressSnapshots) || !self.backupPolicy.compressSnapshots || (has(self.backupPolicy.deltaIntervalInSecond) && self.backupPolicy.deltaIntervalInSecond > 0)",message="spec.backupPolicy.compressSnapshots is for continuous backups: set spec.backupPolicy.deltaIntervalInSecond"
 type BackupSpec struct {
 	// EtcdEndpoints are client URLs of the cluster's members (CoreOS). One
 	// is enough: the agent finds the others through etcd's member list.
@@ -87,6 +89,26 @@ type BackupSpec struct {
 	// with the condition ClientTLSMissing.
 	// +optional
 	ClientTLSSecret string `json:"clientTLSSecret,omitempty"`
+
+	// Encryption seals every object a continuous backup writes, snapshots
+	// and deltas, with AES-256-GCM in authenticated chunks, under the
+	// 32-byte key in a Secret. A backup without it stays readable by
+	// etcdutl. The key itself never appears in a status or a Pod spec:
+	// the archiver mounts the Secret.
+	// +optional
+	Encryption *EncryptionKey `json:"encryption,omitempty"`
+}
+
+// EncryptionKey names the Secret key that holds a backup's 32-byte
+// encryption key: raw, or 44 characters of base64, or 64 of hex.
+type EncryptionKey struct {
+	// SecretName names a Secret in the same namespace.
+	// +kubebuilder:validation:MinLength=1
+	SecretName string `json:"secretName"`
+	// Key is the Secret's key that holds the encryption key.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	Key string `json:"key"`
 }
 
 // BackupPolicy is the CoreOS backup policy.
@@ -106,7 +128,29 @@ type BackupPolicy struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MaxBackups int `json:"maxBackups,omitempty"`
+
+	// DeltaIntervalInSecond (1 to 60) makes the backup continuous: a
+	// long-running archiver Pod stores every change within this many
+	// seconds of etcd acknowledging it, as deltas named by their exact
+	// revision range, beside full snapshots every backupIntervalInSecond
+	// (0: only one, to begin the chain). maxBackups then keeps that many
+	// full snapshots, each with the deltas that follow it, never a delta
+	// whose snapshot is gone. An EtcdRestore of such a backup can bring
+	// back any revision or moment it holds.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=60
+	// +optional
+	DeltaIntervalInSecond int64 `json:"deltaIntervalInSecond,omitempty"`
+
+	// CompressSnapshots stores a continuous backup's full snapshots with
+	// zstd, as its deltas always are. etcdutl then no longer reads them
+	// as they are.
+	// +optional
+	CompressSnapshots bool `json:"compressSnapshots,omitempty"`
 }
+
+// Continuous says whether the policy asks for a continuous backup.
+func (p *BackupPolicy) Continuous() bool { return p != nil && p.DeltaIntervalInSecond > 0 }
 
 // S3BackupSource is the CoreOS S3 destination.
 type S3BackupSource struct {
@@ -173,6 +217,26 @@ type BackupStatus struct {
 	// +optional
 	LastRun *BackupRun `json:"lastRun,omitempty"`
 
+	// LastDeltaRevision is the newest revision a continuous backup has
+	// stored, and LastDeltaTime when it was stored. They are refreshed at
+	// most every 30 s while nothing else changes, so that the status does
+	// not cause a sync of its own on every delta.
+	// +optional
+	LastDeltaRevision int64 `json:"lastDeltaRevision,omitempty"`
+	// +optional
+	LastDeltaTime *metav1.Time `json:"lastDeltaTime,omitempty"`
+
+	// RPOSeconds is a continuous backup's recovery point: the age, in
+	// whole seconds, of the oldest change etcd acknowledged that is not
+	// stored yet; 0 when every change is. Refreshed as lastDeltaTime is.
+	// +optional
+	RPOSeconds *int64 `json:"rpoSeconds,omitempty"`
+
+	// Chain describes a continuous backup's store: the history archived,
+	// where its chain begins, and where it was broken.
+	// +optional
+	Chain *BackupChain `json:"chain,omitempty"`
+
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -208,4 +272,38 @@ type BackupRun struct {
 	// one; the retry backoff grows with it.
 	// +optional
 	ConsecutiveFailures int `json:"consecutiveFailures,omitempty"`
+}
+
+// BackupChain is what a continuous backup's archiver reports of the chain
+// it grows: the snapshot it begins at, then deltas.
+type BackupChain struct {
+	// Location is where the chain's objects are: s3://bucket/key.pitr/ or
+	// pvc://claim/path.pitr/.
+	Location string `json:"location"`
+	// ClusterID is the etcd cluster ID (hex) whose history is archived;
+	// each history has a directory of its own under Location.
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
+	// StartRevision is the revision of the snapshot the current chain
+	// grows from: the oldest a restore along it can reach.
+	// +optional
+	StartRevision int64 `json:"startRevision,omitempty"`
+	// LastSnapshotRevision and LastSnapshotTime are the newest full
+	// snapshot's.
+	// +optional
+	LastSnapshotRevision int64 `json:"lastSnapshotRevision,omitempty"`
+	// +optional
+	LastSnapshotTime *metav1.Time `json:"lastSnapshotTime,omitempty"`
+	// Breaks are the newest times the archiver fell behind etcd's
+	// compaction and began a new chain: no delta holds the revisions from
+	// From to To, so no restore can reach one of them.
+	// +optional
+	Breaks []ChainBreak `json:"breaks,omitempty"`
+}
+
+// ChainBreak is one gap between chains.
+type ChainBreak struct {
+	Time metav1.Time `json:"time"`
+	From int64       `json:"from"`
+	To   int64       `json:"to"`
 }

@@ -1,6 +1,9 @@
 package v1beta2
 
 import (
+	"fmt"
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -69,9 +72,33 @@ type RestoreSpec struct {
 	PVC *PVCBackupSource `json:"pvc,omitempty"`
 
 	// Backup restores the newest backup the named EtcdBackup reports in its
-	// status, from the store it wrote to, checked against its sha256.
+	// status, from the store it wrote to, checked against its sha256. Of a
+	// continuous EtcdBackup, it restores its chain: the newest state it
+	// stored, or the one at revision or time.
 	// +optional
 	Backup *BackupRef `json:"backup,omitempty"`
+
+	// Revision restores exactly the state at this etcd revision, from a
+	// continuous backup: its snapshot at or below it, then every delta up
+	// to it. Refused, touching nothing, when the backup holds no path to
+	// it (before its oldest snapshot, after its newest delta, or in a gap).
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+
+	// Time restores, from a continuous backup, the state as of this moment
+	// (RFC 3339): the newest revision the archiver had received from etcd
+	// at or before it. Neither revision nor time restores the newest state
+	// the backup holds.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+
+	// Encryption is the key an encrypted continuous backup was written
+	// with. By backup name, the EtcdBackup's own spec.encryption is used
+	// when this is empty. A wrong key, or an object altered in the store,
+	// fails the restore with a reason, before any member is touched.
+	// +optional
+	Encryption *EncryptionKey `json:"encryption,omitempty"`
 }
 
 // EtcdClusterRef names an EtcdCluster of the same namespace.
@@ -231,7 +258,8 @@ type RestoreRecord struct {
 }
 
 // ResolvedSource is one backup object: an S3 object or a file on a claim,
-// with its sha256 when known.
+// with its sha256 when known; or, with Chain, a continuous backup's key
+// and the state along its chain to rebuild.
 type ResolvedSource struct {
 	// +optional
 	S3 *S3BackupSource `json:"s3,omitempty"`
@@ -239,18 +267,58 @@ type ResolvedSource struct {
 	PVC *PVCBackupSource `json:"pvc,omitempty"`
 	// +optional
 	SHA256 string `json:"sha256,omitempty"`
+	// +optional
+	Chain *ChainTarget `json:"chain,omitempty"`
+}
+
+// ChainTarget is the state a restore rebuilds from a continuous backup:
+// at Revision, or as of Time, or the newest stored when both are unset.
+type ChainTarget struct {
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+	// +optional
+	Encryption *EncryptionKey `json:"encryption,omitempty"`
+}
+
+// String names the target for people: "revision 42", "the state as of
+// <time>", "the newest state".
+func (t *ChainTarget) String() string {
+	switch {
+	case t == nil:
+		return ""
+	case t.Revision > 0:
+		return fmt.Sprintf("revision %d", t.Revision)
+	case t.Time != nil:
+		return "the state as of " + t.Time.UTC().Format(time.RFC3339)
+	}
+	return "the newest state"
 }
 
 // Location names the object as status does: s3://bucket/key or
 // pvc://claim/path.
+//
+// A chain's adds the state rebuilt: "#revision=42" or
+// "#time=2026-11-27T05:00:00Z"; none for the newest.
 func (s ResolvedSource) Location() string {
+	loc := ""
 	switch {
 	case s.S3 != nil:
-		return "s3://" + s.S3.Path
+		loc = "s3://" + s.S3.Path
 	case s.PVC != nil:
-		return "pvc://" + s.PVC.ClaimName + "/" + s.PVC.FilePath()
+		loc = "pvc://" + s.PVC.ClaimName + "/" + s.PVC.FilePath()
+	default:
+		return ""
 	}
-	return ""
+	switch c := s.Chain; {
+	case c == nil:
+	case c.Revision > 0:
+		loc += fmt.Sprintf("#revision=%d", c.Revision)
+	case c.Time != nil:
+		loc += "#time=" + c.Time.UTC().Format(time.RFC3339)
+	}
+	return loc
 }
 
 // FilePath is the backup file within the claim; etcd.backup by default, as

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -102,6 +103,31 @@ func (b *EtcdBackup) Validate() field.ErrorList {
 		for _, msg := range validation.IsDNS1123Subdomain(spec.ClientTLSSecret) {
 			errs = append(errs, field.Invalid(path.Child("clientTLSSecret"), spec.ClientTLSSecret, msg))
 		}
+	}
+	if pol := spec.BackupPolicy; pol != nil {
+		if d := pol.DeltaIntervalInSecond; d < 0 || d > 60 {
+			errs = append(errs, field.Invalid(path.Child("backupPolicy", "deltaIntervalInSecond"), d, "must be 1 to 60 seconds, or unset for snapshots only"))
+		}
+		if pol.CompressSnapshots && !pol.Continuous() {
+			errs = append(errs, field.Invalid(path.Child("backupPolicy", "compressSnapshots"), true, "is for continuous backups: set spec.backupPolicy.deltaIntervalInSecond"))
+		}
+	}
+	if spec.Encryption != nil {
+		errs = append(errs, spec.Encryption.validate(path.Child("encryption"))...)
+		if !spec.BackupPolicy.Continuous() {
+			errs = append(errs, field.Invalid(path.Child("encryption"), spec.Encryption.SecretName, "is for continuous backups: set spec.backupPolicy.deltaIntervalInSecond"))
+		}
+	}
+	return errs
+}
+
+func (k *EncryptionKey) validate(path *field.Path) field.ErrorList {
+	errs := validateObjectName(path.Child("secretName"), k.SecretName)
+	if k.Key == "" {
+		errs = append(errs, field.Required(path.Child("key"), "name the Secret's key that holds the 32-byte encryption key"))
+	}
+	for _, msg := range validation.IsConfigMapKey(k.Key) {
+		errs = append(errs, field.Invalid(path.Child("key"), k.Key, msg))
 	}
 	return errs
 }
@@ -231,7 +257,31 @@ func (r *EtcdRestore) Validate() field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(path.Child("backupStorageType"), spec.BackupStorageType, []BackupStorageType{BackupStorageS3, BackupStoragePVC}))
 	}
+	if spec.Revision < 0 {
+		errs = append(errs, field.Invalid(path.Child("revision"), spec.Revision, "must be a revision, 1 or above"))
+	}
+	if spec.Revision != 0 && spec.Time != nil {
+		errs = append(errs, field.Invalid(path.Child("time"), spec.Time.UTC().Format(time.RFC3339), "give revision or time, not both: they name two states"))
+	}
+	if spec.Encryption != nil {
+		errs = append(errs, spec.Encryption.validate(path.Child("encryption"))...)
+	}
 	return errs
+}
+
+// ChainDir is the directory, under a continuous backup's key, that holds
+// its chains (agent/archive's layout): a restore source whose path runs
+// through it names a chain.
+const ChainDir = ".pitr/"
+
+// Target is the state the EtcdRestore asks for along a continuous
+// backup's chain, or nil when it names none (no revision, time or key):
+// whether the source is a chain then depends on the source.
+func (r *EtcdRestore) Target() *ChainTarget {
+	if r.Spec.Revision == 0 && r.Spec.Time == nil && r.Spec.Encryption == nil {
+		return nil
+	}
+	return &ChainTarget{Revision: r.Spec.Revision, Time: r.Spec.Time, Encryption: r.Spec.Encryption}
 }
 
 // Source is the EtcdRestore's source in the form an EtcdCluster's

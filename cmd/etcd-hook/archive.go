@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -65,7 +66,7 @@ func runArchive(args []string) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", *statusAddr)
+	ln, err := net.Listen("tcp", listenAddr(*statusAddr))
 	if err != nil {
 		return fmt.Errorf("the status address: %w", err)
 	}
@@ -86,4 +87,16 @@ func archiveStatusHandler(a *agent.Archiver) http.Handler {
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	return mux
+}
+
+// listenAddr brackets an IPv6 host given bare, as "$(POD_IP):8080"
+// expands to on an IPv6 Pod network.
+func listenAddr(addr string) string {
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	if i := strings.LastIndexByte(addr, ':'); i > 0 && strings.Count(addr, ":") > 1 {
+		return net.JoinHostPort(addr[:i], addr[i+1:])
+	}
+	return addr
 }

@@ -70,3 +70,17 @@ func TestArchiveStatusHandler(t *testing.T) {
 		t.Errorf("a new archiver's status %+v: want its clock and no RPO yet", st)
 	}
 }
+
+func TestListenAddr(t *testing.T) {
+	cases := []struct{ in, want, reason string }{
+		{":8080", ":8080", "every address"},
+		{"10.1.2.3:8080", "10.1.2.3:8080", "an IPv4 Pod IP"},
+		{"fd00::12:8080", "[fd00::12]:8080", "an IPv6 Pod IP, as $(POD_IP):8080 expands"},
+		{"[fd00::12]:8080", "[fd00::12]:8080", "already bracketed"},
+	}
+	for _, tc := range cases {
+		if got := listenAddr(tc.in); got != tc.want {
+			t.Errorf("%s: listenAddr(%q) = %q, want %q", tc.reason, tc.in, got, tc.want)
+		}
+	}
+}

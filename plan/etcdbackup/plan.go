@@ -27,6 +27,9 @@ type Observed struct {
 	Claims   map[string]*corev1.PersistentVolumeClaim
 	Clusters map[string]*v1beta2.EtcdCluster
 
+	// Archive is what the hook read from each archiver Pod, by name.
+	Archive map[string]ArchiveObservation
+
 	Finalizing bool
 	Now        time.Time
 	// AgentImage is this project's image, whose backup mode a run runs.
@@ -75,9 +78,12 @@ type planner struct {
 	status v1beta2.BackupStatus
 	// children is the answer's run Pod, if any.
 	children []plan.Child
-	// progressing and degraded are this sync's conditions.
-	progressing, degraded cond
-	resync                time.Duration
+	// progressing and degraded are this sync's conditions; ready is a
+	// continuous backup's BackupReady.
+	progressing, degraded, ready cond
+	resync                       time.Duration
+	// archivers are the archiver Pods observed; o.Pods holds the runs.
+	archivers map[string]*corev1.Pod
 }
 
 type cond struct {
@@ -90,10 +96,32 @@ func Plan(o *Observed) Decision {
 	p := &planner{o: o, status: o.Backup.Status}
 	p.status.ObservedGeneration = o.Backup.Generation
 	if o.Finalizing {
-		// The run Pods go; a run cut short aborts its upload.
+		// The run Pods and the archiver go; a run cut short aborts its
+		// upload, and the archiver stores what it holds on SIGTERM.
 		return Decision{Children: []plan.Child{}, Status: p.status, Finalized: len(o.Pods) == 0, ResyncAfter: 2 * time.Second}
 	}
+	if runs, archivers := splitArchivers(o.Pods); archivers != nil {
+		runsOnly := *o
+		runsOnly.Pods = runs
+		p.o, p.archivers = &runsOnly, archivers
+	}
 	p.degraded = cond{metav1.ConditionFalse, ReasonAsExpected, "no problem observed"}
+	if o.Backup.Spec.BackupPolicy.Continuous() {
+		// A run in flight from before the spec asked for continuous
+		// backups is followed to its end; no new one starts.
+		p.followRuns()
+		p.planContinuous()
+		return Decision{Children: p.children, Status: p.finalStatus(), ResyncAfter: p.resync}
+	}
+	if p.status.Chain != nil {
+		// Continuous no more: the chain's figures go, and a last backup
+		// that was the chain, which a restore could not read as a
+		// snapshot.
+		if last := p.status.LastBackup; last != nil && last.Location == p.status.Chain.Location {
+			p.status.LastBackup = nil
+		}
+		p.status.LastDeltaRevision, p.status.LastDeltaTime, p.status.RPOSeconds, p.status.Chain = 0, nil, nil, nil
+	}
 	switch p.followRuns() {
 	case idle:
 		p.maybeStart(true)
@@ -288,5 +316,8 @@ func (p *planner) finalStatus() v1beta2.BackupStatus {
 		st.Conditions = append(st.Conditions, out)
 	}
 	st.Conditions = append(st.Conditions, p.health(st)...)
+	if p.ready.reason != "" {
+		st.Conditions = append(st.Conditions, p.condition(ConditionBackupReady, p.ready))
+	}
 	return st
 }

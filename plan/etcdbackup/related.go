@@ -12,7 +12,8 @@ type RelatedResource = plan.RelatedResource
 
 // Related lists the objects a sync of an EtcdBackup needs besides its
 // children: the S3 Secret or the PersistentVolumeClaim, and the
-// clientTLSSecret, checked before a run mounts them, and the EtcdCluster
+// clientTLSSecret and the encryption key's Secret, checked before a run
+// mounts them, and the EtcdCluster
 // that clusterName names. By name, never by selector: Metacontroller then
 // watches only these. The Secrets share one rule, each name once.
 //
@@ -22,7 +23,7 @@ type RelatedResource = plan.RelatedResource
 func Related(namespace string, spec v1beta2.BackupSpec) []RelatedResource {
 	out := []RelatedResource{}
 	var secrets []string
-	for _, name := range []string{awsSecret(spec), spec.ClientTLSSecret} {
+	for _, name := range []string{awsSecret(spec), spec.ClientTLSSecret, encryptionSecret(spec)} {
 		if name != "" && !slices.Contains(secrets, name) {
 			secrets = append(secrets, name)
 		}
@@ -37,6 +38,13 @@ func Related(namespace string, spec v1beta2.BackupSpec) []RelatedResource {
 		out = append(out, RelatedResource{APIVersion: v1beta2.APIVersion, Resource: "etcdclusters", Namespace: namespace, Names: []string{spec.ClusterName}})
 	}
 	return out
+}
+
+func encryptionSecret(spec v1beta2.BackupSpec) string {
+	if spec.Encryption == nil {
+		return ""
+	}
+	return spec.Encryption.SecretName
 }
 
 func awsSecret(spec v1beta2.BackupSpec) string {

@@ -41,32 +41,8 @@ func (p *planner) runPod(name string, t runTarget) *corev1.Pod {
 		// than left to the agent's default, so that it is visibly the same.
 		"--result-file=" + corev1.TerminationMessagePathDefault,
 	}
-	var volume corev1.Volume
-	var mount corev1.VolumeMount
-	if pvc := b.Spec.PVC; b.Spec.StorageType == v1beta2.BackupStoragePVC {
-		file := pvc.Path
-		if file == "" {
-			file = "etcd.backup"
-		}
-		args = append(args, "--dir="+volumeDir, "--file="+file, "--volume="+pvc.ClaimName)
-		volume = corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.ClaimName},
-		}}
-		mount = corev1.VolumeMount{Name: dataVolume, MountPath: volumeDir}
-	} else {
-		s3 := b.Spec.S3
-		args = append(args, "--s3-path="+s3.Path, "--aws-dir="+awsDir)
-		if s3.Endpoint != "" {
-			args = append(args, "--s3-endpoint="+s3.Endpoint)
-		}
-		if s3.ForcePathStyle {
-			args = append(args, "--s3-force-path-style")
-		}
-		volume = corev1.Volume{Name: awsVolume, VolumeSource: corev1.VolumeSource{
-			Secret: &corev1.SecretVolumeSource{SecretName: s3.AWSSecret},
-		}}
-		mount = corev1.VolumeMount{Name: awsVolume, MountPath: awsDir, ReadOnly: true}
-	}
+	destArgs, volume, mount := p.destination()
+	args = append(args, destArgs...)
 	if pol := p.policy(); pol.BackupIntervalInSecond > 0 {
 		args = append(args, "--periodic", fmt.Sprintf("--max-backups=%d", pol.MaxBackups))
 	}
@@ -114,6 +90,37 @@ func (p *planner) runPod(name string, t runTarget) *corev1.Pod {
 	}
 	addClientTLS(pod, t.tls)
 	return pod
+}
+
+// destination is where runs and the archiver write: the agent's flags,
+// and the S3 Secret or the claim to mount.
+func (p *planner) destination() (args []string, volume corev1.Volume, mount corev1.VolumeMount) {
+	b := p.o.Backup
+	if pvc := b.Spec.PVC; b.Spec.StorageType == v1beta2.BackupStoragePVC {
+		file := pvc.Path
+		if file == "" {
+			file = "etcd.backup"
+		}
+		args = append(args, "--dir="+volumeDir, "--file="+file, "--volume="+pvc.ClaimName)
+		volume = corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.ClaimName},
+		}}
+		mount = corev1.VolumeMount{Name: dataVolume, MountPath: volumeDir}
+	} else {
+		s3 := b.Spec.S3
+		args = append(args, "--s3-path="+s3.Path, "--aws-dir="+awsDir)
+		if s3.Endpoint != "" {
+			args = append(args, "--s3-endpoint="+s3.Endpoint)
+		}
+		if s3.ForcePathStyle {
+			args = append(args, "--s3-force-path-style")
+		}
+		volume = corev1.Volume{Name: awsVolume, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: s3.AWSSecret},
+		}}
+		mount = corev1.VolumeMount{Name: awsVolume, MountPath: awsDir, ReadOnly: true}
+	}
+	return args, volume, mount
 }
 
 func ptr[T any](v T) *T { return &v }

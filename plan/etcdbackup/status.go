@@ -60,6 +60,17 @@ func (p *planner) healthConditions(st v1beta2.BackupStatus) (ready, reconciling,
 		return waiting, waiting, notStalled
 	}
 	idle := cond{metav1.ConditionFalse, p.progressing.reason, p.progressing.message}
+	if p.o.Backup.Spec.BackupPolicy.Continuous() {
+		// Ready is BackupReady; the archiver starting, or taking the
+		// chain's first snapshot, is work the object waits for.
+		switch p.ready.reason {
+		case ReasonArchiving:
+			return p.ready, idle, notStalled
+		case ReasonArchiverStart, ReasonSnapshotPending:
+			return cond{metav1.ConditionFalse, p.ready.reason, p.ready.message}, cond{metav1.ConditionTrue, p.ready.reason, p.ready.message}, notStalled
+		}
+		return cond{metav1.ConditionFalse, p.ready.reason, p.ready.message}, idle, notStalled
+	}
 	if p.satisfied(st) {
 		msg := "the last backup succeeded"
 		if b := st.LastBackup; b != nil {
@@ -96,7 +107,7 @@ func (p *planner) stalledBy(st v1beta2.BackupStatus) (reason, message string) {
 	d := p.degraded
 	if d.status == metav1.ConditionTrue {
 		switch d.reason {
-		case ReasonInvalidSpec, ReasonClientTLSMissing:
+		case ReasonInvalidSpec, ReasonClientTLSMissing, ReasonKeyInvalid:
 			return d.reason, d.message
 		case ReasonSecretInvalid, ReasonClaimNotFound, ReasonClusterNotFound:
 			if !p.referenceMissing() {
@@ -114,7 +125,8 @@ func (p *planner) stalledBy(st v1beta2.BackupStatus) (reason, message string) {
 }
 
 // referenceMissing: an object the spec names does not exist (or is being
-// deleted): the S3 Secret, the claim, the EtcdCluster, the clientTLSSecret.
+// deleted): the S3 Secret, the claim, the EtcdCluster, the clientTLSSecret,
+// the encryption key's Secret.
 func (p *planner) referenceMissing() bool {
 	spec := p.o.Backup.Spec
 	if spec.StorageType == v1beta2.BackupStoragePVC && spec.PVC != nil {
@@ -132,8 +144,8 @@ func (p *planner) referenceMissing() bool {
 			return true
 		}
 	}
-	if name := spec.ClientTLSSecret; name != "" {
-		if _, ok := p.o.Secrets[name]; !ok {
+	for _, name := range []string{spec.ClientTLSSecret, encryptionSecret(spec)} {
+		if _, ok := p.o.Secrets[name]; name != "" && !ok {
 			return true
 		}
 	}

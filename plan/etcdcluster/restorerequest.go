@@ -63,6 +63,9 @@ func (p *planner) restoreObjectRequest(r *v1beta2.EtcdRestore) *restoreRequest {
 	if req.refused != "" {
 		return req
 	}
+	if req.refused = chainTarget(req, r); req.refused != "" {
+		return req
+	}
 	if done := p.rec; done != nil && done.Restore != nil && done.Restore.Source.Location() == req.source.Location() &&
 		r.Annotations[v1beta2.AnnotationRestoreAgain] != done.Restore.Request {
 		req.refused = fmt.Sprintf("the cluster was already restored from %s (request %s); an EtcdRestore applied again does not restore again. "+
@@ -90,7 +93,9 @@ func (p *planner) resolve(id, origin string, src v1beta2.RestoreSource) *restore
 			req.refused = fmt.Sprintf("EtcdBackup %q has no successful backup yet", src.Backup.Name)
 		default:
 			req.source, req.backup = resolvedBackup(b)
-			if req.source.Location() == "" {
+			if req.source.Location() == "" && b.Spec.BackupPolicy.Continuous() {
+				req.refused = fmt.Sprintf("EtcdBackup %q is continuous, and its spec names no store to read its chain from", b.Name)
+			} else if req.source.Location() == "" {
 				req.refused = fmt.Sprintf("EtcdBackup %q reports its backup at %q, which is neither in S3 nor on a claim", b.Name, b.Status.LastBackup.Location)
 			}
 		}
@@ -101,10 +106,26 @@ func (p *planner) resolve(id, origin string, src v1beta2.RestoreSource) *restore
 }
 
 // resolvedBackup is where an EtcdBackup's newest backup is, with the
-// credentials its spec uses to write there.
+// credentials its spec uses to write there. A continuous backup's is its
+// chain, at the key its spec writes under: the restore rebuilds the newest
+// state stored (the status says only how new it was when last written),
+// with the backup's own key if it is encrypted.
 func resolvedBackup(b *v1beta2.EtcdBackup) (v1beta2.ResolvedSource, *v1beta2.KnownBackup) {
 	last := b.Status.LastBackup
 	known := &v1beta2.KnownBackup{EtcdBackup: b.Name, Location: last.Location, Revision: last.Revision, EtcdVersion: last.EtcdVersion, Time: last.Time}
+	if b.Spec.BackupPolicy.Continuous() {
+		src := v1beta2.ResolvedSource{Chain: &v1beta2.ChainTarget{Encryption: b.Spec.Encryption}}
+		switch {
+		case b.Spec.StorageType == v1beta2.BackupStoragePVC && b.Spec.PVC != nil:
+			pvc := *b.Spec.PVC
+			pvc.Path = pvc.FilePath()
+			src.PVC = &pvc
+		case b.Spec.S3 != nil:
+			s3 := *b.Spec.S3
+			src.S3 = &s3
+		}
+		return src, known
+	}
 	src := v1beta2.ResolvedSource{SHA256: last.SHA256}
 	switch {
 	case strings.HasPrefix(last.Location, "s3://") && b.Spec.S3 != nil:
@@ -116,6 +137,38 @@ func resolvedBackup(b *v1beta2.EtcdBackup) (v1beta2.ResolvedSource, *v1beta2.Kno
 		src.PVC = &v1beta2.PVCBackupSource{ClaimName: claim, Path: path}
 	}
 	return src, known
+}
+
+// chainTarget applies an EtcdRestore's revision, time and key to its
+// resolved source, or says why they cannot apply. A source is a chain when
+// it is a continuous EtcdBackup, when its path runs through a chain's
+// directory, or when the EtcdRestore names a state along one.
+func chainTarget(req *restoreRequest, r *v1beta2.EtcdRestore) (refused string) {
+	t := r.Target()
+	src := &req.source
+	path := ""
+	switch {
+	case src.S3 != nil:
+		path = src.S3.Path
+	case src.PVC != nil:
+		path = src.PVC.FilePath()
+	}
+	switch {
+	case src.Chain != nil:
+		if t != nil {
+			if t.Encryption == nil {
+				t.Encryption = src.Chain.Encryption
+			}
+			src.Chain = t
+		}
+	case req.backup != nil && t != nil:
+		return fmt.Sprintf("EtcdBackup %q takes snapshots only (no spec.backupPolicy.deltaIntervalInSecond): it has no chain to restore a revision, a time or an encrypted state from", req.backup.EtcdBackup)
+	case t != nil:
+		src.Chain = t
+	case strings.Contains(path, v1beta2.ChainDir):
+		src.Chain = &v1beta2.ChainTarget{}
+	}
+	return ""
 }
 
 // newestBackup is the newest backup known for this cluster: that of the

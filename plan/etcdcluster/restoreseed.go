@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,8 @@ const (
 	restoreAWSVolume    = "restore-aws"
 	restoreAWSDir       = "/etc/etcd-restore/aws"
 	restoreSourceVolume = "restore-source"
+	restoreKeyVolume    = "restore-key"
+	restoreKeyDir       = "/etc/etcd-restore/key"
 	restoreSourceDir    = "/restore-source"
 	restoreSnapshot     = dataMount + "/restore/snapshot.db"
 	agentBinary         = "/etcd-hook"
@@ -148,6 +151,25 @@ func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta
 	}
 	if src.SHA256 != "" {
 		fetchArgs = append(fetchArgs, "--sha256="+src.SHA256)
+	}
+	if c := src.Chain; c != nil {
+		fetchArgs = append(fetchArgs, "--chain")
+		switch {
+		case c.Revision > 0:
+			fetchArgs = append(fetchArgs, fmt.Sprintf("--revision=%d", c.Revision))
+		case c.Time != nil:
+			fetchArgs = append(fetchArgs, "--time="+c.Time.UTC().Format(time.RFC3339))
+		}
+		if k := c.Encryption; k != nil {
+			// Optional, as the AWS Secret is: a missing key is the fetch's
+			// to report, in the termination message the hook reads.
+			optional := true
+			volumes = append(volumes, corev1.Volume{Name: restoreKeyVolume, VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: k.SecretName, Optional: &optional, Items: []corev1.KeyToPath{{Key: k.Key, Path: k.Key}}},
+			}})
+			fetchMounts = append(fetchMounts, corev1.VolumeMount{Name: restoreKeyVolume, MountPath: restoreKeyDir, ReadOnly: true})
+			fetchArgs = append(fetchArgs, "--key-file="+restoreKeyDir+"/"+k.Key)
+		}
 	}
 	fetchArgs = append(fetchArgs,
 		"--etcd-version="+version,

@@ -80,6 +80,14 @@ type soak struct {
 	restores, olderRestores int
 	watch                   *soakWatch
 	counts                  map[string]int
+	// failure is the message the soak failed with, said again last.
+	failure string
+}
+
+func (k *soak) fatalf(format string, args ...any) {
+	k.t.Helper()
+	k.failure = fmt.Sprintf(format, args...)
+	k.t.Fatal(k.failure)
 }
 
 func soakDuration(t *testing.T) time.Duration {
@@ -107,11 +115,20 @@ func soakSeed(t *testing.T) int64 {
 func TestSoak(t *testing.T) {
 	harness.RequirePartition(t)
 	d, seed := soakDuration(t), soakSeed(t)
+	// Registered first, so run last: after the harness's dump of logs on a
+	// failure, the failure is said again, where a reader of the output's
+	// tail (CI prints the last lines) sees it.
+	var k *soak
+	t.Cleanup(func() {
+		if k != nil && k.failure != "" {
+			t.Logf("soak failed (repeated after the logs): %s; replay with SOAK_SEED=%d SOAK=%s", k.failure, seed, d)
+		}
+	})
 	t.Logf("soak: %s, seed %d (replay with SOAK_SEED=%d SOAK=%s)", d, seed, seed, d)
 	// The harness lives for the soak, the operation under way when it
 	// ends (a restore waits up to 4 minutes) and the checks after it.
 	s := newFaultScenario(t, harness.Options{Backups: true, Restores: true, ClusterCustomize: true, Kubelet: harness.KubeletConfig{PodGroups: true}, Lifetime: d + 10*time.Minute})
-	k := &soak{backupScenario: newBackupScenario(s), rng: rand.New(rand.NewSource(seed)), seed: seed, size: 3, version: oldVersion, cpu: 100, counts: map[string]int{}}
+	k = &soak{backupScenario: newBackupScenario(s), rng: rand.New(rand.NewSource(seed)), seed: seed, size: 3, version: oldVersion, cpu: 100, counts: map[string]int{}}
 	s.createSpec("soak: create", map[string]any{"size": 3, "version": oldVersion, "pod": k.podPolicy()})
 	if t.Failed() {
 		return
@@ -131,7 +148,7 @@ func TestSoak(t *testing.T) {
 		k.counts[op.name]++
 		t.Logf("soak step %d (seed %d): %s: %s; converged in %s", k.step, seed, op.name, what, round(time.Since(started)))
 		if v := k.watch.violations(); len(v) > 0 || t.Failed() {
-			t.Fatalf("soak: seed %d, step %d (%s): invariants broken:\n%s", seed, k.step, op.name, strings.Join(v, "\n"))
+			k.fatalf("soak: seed %d, step %d (%s): invariants broken:\n%s", seed, k.step, op.name, strings.Join(v, "\n"))
 		}
 	}
 	k.watch.stop()
@@ -178,11 +195,11 @@ func (k *soak) converge(what string, done func() (bool, string)) {
 	}
 	if done != nil {
 		if err := k.env.WaitFor(timeout, what+": the change made", done); err != nil {
-			k.t.Fatalf("soak: seed %d, step %d (%s): %v", k.seed, k.step, what, err)
+			k.fatalf("soak: seed %d, step %d (%s): %v", k.seed, k.step, what, err)
 		}
 	}
 	if _, _, err := k.c.WaitConverged(timeout, k.size); err != nil {
-		k.t.Fatalf("soak: seed %d, step %d (%s): %v", k.seed, k.step, what, err)
+		k.fatalf("soak: seed %d, step %d (%s): %v", k.seed, k.step, what, err)
 	}
 }
 
