@@ -215,10 +215,10 @@ func (p *planner) archiverPod(t runTarget) *corev1.Pod {
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			Containers: []corev1.Container{{
-				Name:         ArchiverContainer,
-				Image:        p.o.AgentImage,
-				Command:      []string{agentPath},
-				Args:         args,
+				Name:    ArchiverContainer,
+				Image:   p.o.AgentImage,
+				Command: []string{agentPath},
+				Args:    args,
 				Env: []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{
 					FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"},
 				}}},
