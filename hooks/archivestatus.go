@@ -38,7 +38,7 @@ type HTTPArchiveStatus struct {
 // ReadArchiveStatus implements ArchiveStatusReader.
 func (h HTTPArchiveStatus) ReadArchiveStatus(ctx context.Context, pod *corev1.Pod) (*report.ArchiveStatus, error) {
 	if pod.Status.PodIP == "" {
-		return nil, fmt.Errorf("Pod %s has no IP yet (phase %s)", pod.Name, pod.Status.Phase)
+		return nil, fmt.Errorf("the Pod %s has no IP yet (phase %s)", pod.Name, pod.Status.Phase)
 	}
 	port := h.Port
 	if port == 0 {

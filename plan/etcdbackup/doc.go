@@ -10,6 +10,11 @@
 // down, reaches the same decision: a missed period gives one run at once,
 // never a burst.
 //
+// A continuous backup (backupPolicy.deltaIntervalInSecond) is one
+// long-running archiver Pod instead (archiver.go); the hook reads its
+// status at the Pod's IP before planning, and hands it in as Observed's
+// Archive, so the planner stays pure (archivestatus.go).
+//
 // It may import api/v1beta2, plan, membership and agent/report, and
 // Kubernetes' API types; never etcdclient, the agent, or a client of etcd,
 // S3 or bbolt (test/purity_test.go checks it from go list -deps).

@@ -182,8 +182,13 @@ func TestBackups(t *testing.T) {
 	// A volume destination: a claim of the namespace.
 	b.checkVolumeBackup()
 
-	// Periodic every 20 s keeping 2, and the faults beside it.
-	b.createBackup("periodic", b.s3Spec("periodic/etcd.backup", "aws"), map[string]any{"backupIntervalInSecond": 20, "maxBackups": 2})
+	// Periodic every 20 s (10 s under -short) keeping 2, and the faults
+	// beside it.
+	period := 20 * time.Second
+	if testing.Short() {
+		period = 10 * time.Second
+	}
+	b.createBackup("periodic", b.s3Spec("periodic/etcd.backup", "aws"), map[string]any{"backupIntervalInSecond": int64(period / time.Second), "maxBackups": 2})
 	// Over the one-shot's object: a failed run must leave it as it was.
 	b.createBackup("wrong-credentials", b.s3Spec("oneshot/etcd.backup", "aws-wrong"), nil)
 	unreachable := b.s3Spec("unreachable/etcd.backup", "aws")
@@ -217,7 +222,7 @@ func TestBackups(t *testing.T) {
 	}
 	runs := map[string]bool{}
 	periodicStart := time.Now()
-	for time.Since(periodicStart) < time.Duration(periods)*20*time.Second+10*time.Second {
+	for time.Since(periodicStart) < time.Duration(periods)*period+10*time.Second {
 		if st := b.status("periodic"); st.LastRun != nil && st.LastRun.Succeeded && st.LastRun.End != "" {
 			runs[st.LastRun.Name] = true
 		}
@@ -239,7 +244,7 @@ func TestBackups(t *testing.T) {
 	s.checkWorld("backups", before, s.c.PodNames())
 	acked, lost := s.verifyWrites("backups")
 	ReportFailure(t, Failure{
-		Fault:    "backups beside a writer: one-shot to S3 and to a volume, periodic (20 s, keep 2) and three failing EtcdBackups (wrong credentials, unreachable store, missing Secret)",
+		Fault:    fmt.Sprintf("backups beside a writer: one-shot to S3 and to a volume, periodic (%s, keep 2) and three failing EtcdBackups (wrong credentials, unreachable store, missing Secret)", period),
 		Expected: "the one-shot restores to every write acknowledged at or before its revision; the periodic keeps the 2 newest; each fault fails with a reason naming it, stores nothing, and the cluster is untouched",
 		Observed: fmt.Sprintf("one-shot stored in %s at revision %d (%d bytes), restored with etcdutl: every write acknowledged up to it present; periodic: %d runs in %s, %d objects kept; faults: reasons name the credentials, the unreachable store, the missing Secret; the one-shot object, under the failed run with wrong credentials, unchanged; members and Pods unchanged",
 			round(took), st.EtcdRevision, st.LastBackup.Size, len(runs), round(time.Since(periodicStart)), len(kept)),

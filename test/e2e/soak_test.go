@@ -16,7 +16,7 @@ import (
 )
 
 // The chaos soak: one cluster and its backups under operations chosen at
-// random from a seed, for a set time (SOAK=30m; three minutes under
+// random from a seed, for a set time (SOAK=30m; two minutes under
 // -short, which make test passes), with invariants sampled all the while
 // (soakwatch_test.go) and the writer and the checker beside it. A failure
 // names the seed and the step: SOAK_SEED=<seed> replays the same choices.
@@ -98,7 +98,7 @@ func soakDuration(t *testing.T) time.Duration {
 		}
 		return d
 	}
-	return 3 * time.Minute
+	return 2 * time.Minute
 }
 
 func soakSeed(t *testing.T) int64 {
