@@ -249,6 +249,12 @@ type RestoreRecord struct {
 	BackupTime *metav1.Time `json:"backupTime,omitempty"`
 	// +optional
 	RestoredAt *metav1.Time `json:"restoredAt,omitempty"`
+	// Members are the members the restored cluster was restored with, the
+	// seed first: each restores the same verified state from the store,
+	// with the same initial cluster, and they start together. Empty in
+	// records of restores that seeded one member and grew from it.
+	// +optional
+	Members []string `json:"members,omitempty"`
 	// ReplacedRevision is the highest revision the replaced history was
 	// known to have reached when the seed was rendered: the seed's restore
 	// counts its revision bump from it, so that no revision handed out

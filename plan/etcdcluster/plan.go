@@ -213,7 +213,7 @@ func ExcludedFromMembership(o *Observed) map[string]bool {
 			seed = first
 		}
 		switch {
-		case restoring && (p.rec == nil || p.rec.SeedMember != name):
+		case restoring && !restoredMember(p.rec, name):
 			out[name] = true
 		case p.rec != nil && p.rec.Restore != nil && seed != p.rec.SeedMember:
 			out[name] = true

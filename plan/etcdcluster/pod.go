@@ -54,11 +54,15 @@ func (p *planner) memberPod(name, initialCluster, state string) *corev1.Pod {
 		seed: p.seed(), token: p.clusterToken(), serving: p.serving[name],
 	}
 	pod := renderMemberPod(in)
-	// The seed of a restored cluster restores again whenever it is
-	// rendered anew: its steps change nothing on a data dir with a member,
-	// and a seed that never ran must not start empty.
-	if rec := p.rec; rec != nil && rec.Restore != nil && name == rec.SeedMember {
-		in.initialCluster, in.state = name+"="+p.addresses().PeerURL(name), "new"
+	// A member a restore started restores again whenever it is rendered
+	// anew: its steps change nothing on a data dir with a member, and a
+	// member that never ran must not start empty.
+	if rec := p.rec; restoredMember(rec, name) {
+		members := rec.Restore.Members
+		if len(members) == 0 {
+			members = []string{rec.SeedMember}
+		}
+		in.initialCluster, in.state = p.restoreInitialCluster(members), "new"
 		pod = renderMemberPod(in)
 		p.addRestoreSteps(pod, in, rec.Restore.Source, rec.Restore.Request, rec.Restore.ReplacedRevision)
 	}

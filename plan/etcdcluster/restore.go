@@ -26,8 +26,9 @@ import (
 //  2. The fetch succeeded: the request is committed to the bootstrap
 //     record, and from then on the Pods and claims of the old cluster are
 //     no longer rendered, so Metacontroller deletes them. The seed restores
-//     the snapshot (with etcd's own tool) and starts; the other members join
-//     it one at a time as learners, as in any scale-up.
+//     the snapshot (with etcd's own tool); the other members of the
+//     restored cluster are rendered beside it and restore the same state
+//     from the store, and they start together (restoreMembers).
 //  3. The fetch failed for good (the object is missing, corrupt, or from a
 //     newer etcd): the seed Pod is dropped, the request is marked Failed in
 //     status and never retried, and the old cluster never noticed.
@@ -108,8 +109,16 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 		rec := p.newRecord(v1beta2.BootstrapStatus{SeedMember: seed, Restore: &v1beta2.RestoreRecord{
 			Request: req.id, Origin: req.origin, Source: req.source,
 			Revision: status.Revision, EtcdVersion: status.EtcdVersion, BackupTime: status.BackupTime, RestoredAt: fetch.at,
-			ReplacedRevision: replaced,
+			ReplacedRevision: replaced, Members: seedRestoreMembers(pod),
 		}})
+		if c := rec.Restore.Source.Chain; c != nil && status.Revision > 0 {
+			// Every other member rebuilds exactly the state the seed
+			// verified, whatever the chain has grown to since, or a moment
+			// would resolve to.
+			pinned := *c
+			pinned.Revision, pinned.Time = status.Revision, nil
+			rec.Restore.Source.Chain = &pinned
+		}
 		// The restored history starts there: a restore after it, even
 		// one before any of its members was seen, must start above it.
 		rec.RevisionSeen = max(rec.RevisionSeen, roundRevision(restoredRevision(p.spec.Version, status.Revision, replaced)))

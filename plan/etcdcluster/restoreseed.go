@@ -3,6 +3,7 @@ package etcdcluster
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,21 +95,72 @@ func seedReplacedRevision(pod *corev1.Pod) int64 {
 // DefaultAgentImage is used when the hook was not told its own image.
 const DefaultAgentImage = "ghcr.io/etcdhook/etcd-hook:latest"
 
-// restoreSeedPod renders the seed of a cluster restored from src.
+// restoreSeedPod renders the seed of a cluster restored from src. Its
+// initial cluster names every member the restore starts at once (see
+// restoreMembers): the seed's etcd, once restored, waits for them, and
+// the others are rendered when its fetch has verified the backup.
 func (p *planner) restoreSeedPod(seed string, req *restoreRequest) *corev1.Pod {
 	c := p.o.Cluster
 	token := ClusterToken(c.Name, string(c.UID))
 	if seed != p.firstSeedName() {
 		token += "-" + seed
 	}
+	members := p.restoreMembers(seed, req.id)
 	in := memberPodInput{
 		cluster: c, spec: p.spec, name: seed,
-		initialCluster: seed + "=" + p.addresses().PeerURL(seed),
+		initialCluster: p.restoreInitialCluster(members),
 		state:          "new", seed: seed, token: token,
 	}
 	pod := renderMemberPod(in)
 	p.addRestoreSteps(pod, in, req.source, req.id, p.replacedRevision())
+	pod.Annotations[AnnotationRestoreMembers] = strings.Join(members, ",")
 	return pod
+}
+
+// AnnotationRestoreMembers on a restore's seed Pod names every member the
+// restore starts, the seed first. The Pod is rendered once, before the
+// backup is verified; the record takes the names from it when the restore
+// is committed, so a spec.size changed meanwhile changes nothing of a
+// restore under way (the cluster scales afterwards, as any cluster).
+const AnnotationRestoreMembers = v1beta2.Group + "/restore-members"
+
+// restoreMembers names the members a restore starts: the seed and
+// spec.size - 1 more, derived from the request so that every sync names
+// the same ones. Every one of them restores the same verified state from
+// the store, in parallel, with the same initial cluster: the restore
+// costs about one download, one restore and one start, instead of a
+// member at a time receiving the whole database from the leader.
+func (p *planner) restoreMembers(seed, id string) []string {
+	c := p.o.Cluster
+	names := []string{seed}
+	for i := 1; i < p.spec.Size; i++ {
+		names = append(names, SeedName(c.Name, string(c.UID)+"/restore/"+id+"/"+strconv.Itoa(i)))
+	}
+	return names
+}
+
+// restoreInitialCluster is --initial-cluster of a restore's members.
+func (p *planner) restoreInitialCluster(members []string) string {
+	parts := make([]string, len(members))
+	for i, m := range members {
+		parts[i] = m + "=" + p.addresses().PeerURL(m)
+	}
+	return strings.Join(parts, ",")
+}
+
+// seedRestoreMembers is what a restore's seed Pod was rendered with; nil
+// for a seed rendered before restores started every member at once.
+func seedRestoreMembers(pod *corev1.Pod) []string {
+	if pod == nil || pod.Annotations[AnnotationRestoreMembers] == "" {
+		return nil
+	}
+	return strings.Split(pod.Annotations[AnnotationRestoreMembers], ",")
+}
+
+// restoredMember says whether name is a member the recorded restore
+// started (the seed included).
+func restoredMember(rec *v1beta2.BootstrapStatus, name string) bool {
+	return rec != nil && rec.Restore != nil && (name == rec.SeedMember || slices.Contains(rec.Restore.Members, name))
 }
 
 // addRestoreSteps adds the init containers and volumes that restore src.
@@ -190,7 +242,7 @@ func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta
 		"--snapshot="+restoreSnapshot,
 		"--data-dir="+dataDir,
 		"--name="+in.name,
-		"--initial-cluster="+in.name+"="+peer,
+		"--initial-cluster="+in.initialCluster,
 		"--initial-cluster-token="+in.token,
 		"--initial-advertise-peer-urls="+peer,
 	)

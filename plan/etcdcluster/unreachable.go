@@ -58,6 +58,8 @@ func (p *planner) withoutMembership() Decision {
 		}
 	}
 
+	children = append(children, p.restoredMembersMissing()...)
+
 	r := p.observe()
 	d := Decision{ResyncAfter: resyncTrouble}
 	switch {
@@ -106,6 +108,32 @@ func (p *planner) survivors() int {
 		}
 	}
 	return n
+}
+
+// restoredMembersMissing renders the members a committed restore starts
+// beside its seed, until the restored cluster first answers: they restore
+// in parallel, and the seed waits for them to form a quorum. Once the
+// cluster answered, a member whose Pod is gone is a dead member, as any.
+func (p *planner) restoredMembersMissing() []plan.Child {
+	rec := p.rec
+	if rec == nil || rec.Restore == nil || len(rec.Restore.Members) < 2 || rec.ClusterID != "" {
+		return nil
+	}
+	var children []plan.Child
+	for _, name := range rec.Restore.Members[1:] {
+		if _, ok := p.o.Pods[name]; ok {
+			continue
+		}
+		if _, ok := p.o.PVCs[name]; ok {
+			// Its Pod comes back with the claims' (recoveredPod).
+			continue
+		}
+		children = append(children, plan.Child{Kind: plan.KindPod, Name: name, Object: p.memberPod(name, "", "new")})
+		if p.spec.Persistent() {
+			children = append(children, plan.Child{Kind: plan.KindPVC, Name: name, Object: memberClaim(p.o.Cluster, p.spec, name, rec.SeedMember)})
+		}
+	}
+	return children
 }
 
 // seedChildren adds the seed of the recorded cluster: a one-member cluster

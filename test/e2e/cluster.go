@@ -40,6 +40,26 @@ type Pod struct {
 	Restarts    int32
 }
 
+// RestoredPods are the member Pods that restore a backup themselves
+// (the restore's init containers), by name.
+func (c *Cluster) RestoredPods() []string {
+	var out []string
+	for _, obj := range c.Env.API.List(harness.TypePod, c.Namespace) {
+		md, _ := obj["metadata"].(map[string]any)
+		labels, _ := md["labels"].(map[string]any)
+		annotations, _ := md["annotations"].(map[string]any)
+		if labels["etcd_cluster"] != c.Name || md["deletionTimestamp"] != nil {
+			continue
+		}
+		if _, ok := annotations["etcd.database.coreos.com/restore-request"]; ok {
+			name, _ := md["name"].(string)
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Pods lists the cluster's member Pods by name, terminating ones included:
 // a Pod on its way out still runs an etcd that may still be a member.
 func (c *Cluster) Pods() []Pod {

@@ -187,6 +187,9 @@ func (p *pitrScenario) restoreTo(what string, extra map[string]any) restoreView 
 	if _, _, err := p.c.WaitConverged(convergeTimeout, 3); err != nil {
 		p.t.Fatalf("%s: %v", what, err)
 	}
+	if restored := p.c.RestoredPods(); len(restored) != 3 {
+		p.t.Errorf("%s: %d member Pods restored the state themselves (%v), want all 3", what, len(restored), restored)
+	}
 	p.t.Logf("%s: restored at revision %d in %s", what, v.Cluster.Restore.Revision, time.Since(start).Round(100*time.Millisecond))
 	return v
 }

@@ -31,8 +31,10 @@ import (
 // calls it a voter caught up with the leader. While every membership
 // change that makes a learner runs, a sampler checks the client Service's
 // ready endpoints against etcd's learners, and a client goes round those
-// endpoints as kube-proxy would send it. The restore's learners are
-// watched in TestRestore (disaster), which has a backup to restore.
+// endpoints as kube-proxy would send it. A restore makes no learner: its
+// members restore from the store and start together (TestRestore checks
+// that none is ever a learner, and that no client reaches one that does
+// not serve yet).
 
 const (
 	// servingSamplePause: a learner stays one for seconds (its Pod starts,
@@ -318,6 +320,30 @@ func (w *servingWatch) stopHeld(step string) servingWindow {
 	w.t.Helper()
 	w.halt()
 	return w.checkHeld(step)
+}
+
+// stopWithoutLearners ends a window in which no member may ever be a
+// learner: a restore's members restore from the store and start
+// together. A learner seen fails it, as does a client sent to a member
+// that refused it.
+func (w *servingWatch) stopWithoutLearners(step string) {
+	w.t.Helper()
+	w.halt()
+	w.mu.Lock()
+	win := w.win
+	w.win.reset()
+	w.mu.Unlock()
+	w.t.Logf("%s: endpoints sampler: %d samples (%d more without a member list), %d with a learner %v; round-robin client: %d operations, %d succeeded, other errors %v",
+		step, win.Samples, win.Unknown, win.LearnerSamples, slices.Sorted(maps.Keys(win.Learners)), win.Ops, win.OK, win.Other)
+	if win.LearnerSamples > 0 {
+		w.t.Errorf("%s: %d samples saw learners %v: no member may join as one", step, win.LearnerSamples, slices.Sorted(maps.Keys(win.Learners)))
+	}
+	if win.Violations > 0 || win.Refused > 0 {
+		w.t.Errorf("%s: a learner among the ready endpoints %d times, refusing the client %d times", step, win.Violations, win.Refused)
+	}
+	if win.Samples == 0 || win.Ops == 0 {
+		w.t.Errorf("%s: %d samples read the member list and the client made %d operations: nothing was checked", step, win.Samples, win.Ops)
+	}
 }
 
 // check judges the window that ends now. A window must have read the

@@ -317,18 +317,20 @@ func (b *backupScenario) disaster(backup BackupStatus) {
 	}
 
 	start := time.Now()
-	// The restored seed starts alone and the other members join it as
-	// learners: none may get client traffic (endpoints_test.go). The hold
-	// of one of them (2 s) is part of the restore's time logged below.
+	// Every member of the restored cluster restores the backup from the
+	// store and they start together: no member joins as a learner, and
+	// none gets client traffic before it serves (endpoints_test.go).
 	serving := watchServing(t, b.c)
 	b.applyRestore(exampleName, map[string]any{"etcdCluster": map[string]any{"name": exampleName}, "backup": map[string]any{"name": "nightly"}})
-	s.holdLearner("disaster: the restored cluster's members join")
 	_, _, err = b.c.WaitConverged(convergeTimeout, 3)
-	serving.stopHeld("disaster: the restored cluster's members join")
+	serving.stopWithoutLearners("disaster: the restored cluster's members start")
 	if err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
+	if restored := b.c.RestoredPods(); len(restored) != 3 {
+		t.Errorf("disaster: %d member Pods restored the backup themselves (%v), want all 3", len(restored), restored)
+	}
 	v = b.waitRestore(exampleName, 60*time.Second, "both objects report the restore", func(v restoreView) bool {
 		return v.Cluster.Restore.Phase == "Completed" && v.Object.Succeeded
 	})
