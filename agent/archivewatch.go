@@ -20,7 +20,7 @@ import (
 const (
 	// maxDeltaEvents cuts a delta early, whatever the interval: bytes of
 	// keys and values, before compression.
-	maxDeltaEvents = 8 << 20
+	maxDeltaEvents = 4 << 20
 	// maxBuffered stops reading the watch while the store refuses writes:
 	// etcd then holds the changes (or compacts them away, and a new chain
 	// begins), rather than the archiver's memory.

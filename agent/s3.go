@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -55,6 +56,8 @@ type S3Store struct {
 	bucket   string
 	where    string // for messages: the store's host
 	partSize int
+	// parts keeps part buffers between Puts.
+	parts sync.Pool
 }
 
 // NewS3Store checks the configuration and builds the client; it does not
@@ -94,12 +97,54 @@ func NewS3Store(cfg S3Config) (*S3Store, error) {
 // Location is how an object is named in status.
 func (s *S3Store) Location(key string) string { return "s3://" + s.bucket + "/" + key }
 
-// Put streams r into key as a multipart upload with the given metadata.
-// The upload is completed only if r ends cleanly: any error, including the
-// snapshot's hash check failing at the very end, aborts it, so no partial
-// object is ever left where a backup is expected, and an object already at
-// key stays as it was.
-func (s *S3Store) Put(ctx context.Context, key string, r io.Reader, meta map[string]string) (err error) {
+// Put streams r into key with the given metadata. The object is stored
+// only if r ends cleanly: any error, including the snapshot's hash check
+// failing at the very end, leaves nothing, so no partial object is ever
+// left where a backup is expected, and an object already at key stays as
+// it was.
+//
+// An object that fits in one part (a continuous backup's delta, every
+// second or so) is read whole first and stored with one request; a larger
+// one is a multipart upload, aborted on any error. Either way at most two
+// parts are in memory, in buffers the store keeps for the next Put, so
+// that an archiver storing a delta a second does not allocate 16 MiB for
+// each.
+func (s *S3Store) Put(ctx context.Context, key string, r io.Reader, meta map[string]string) error {
+	first := s.buffer()
+	defer s.release(first)
+	n, rerr := io.ReadFull(r, first)
+	switch {
+	case errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF):
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		_, err := s.core.Client.PutObject(ctx, s.bucket, key, bytes.NewReader(first[:n]), int64(n),
+			minio.PutObjectOptions{UserMetadata: meta, ContentType: "application/octet-stream", DisableMultipart: true})
+		if err != nil {
+			return s.describe("upload "+key, err)
+		}
+		return nil
+	case rerr != nil:
+		return rerr
+	}
+	return s.putParts(ctx, key, first, r, meta)
+}
+
+// buffer is a part's buffer, kept from an earlier Put when there is one.
+func (s *S3Store) buffer() []byte {
+	if b, ok := s.parts.Get().(*[]byte); ok && cap(*b) >= s.partSize {
+		return (*b)[:s.partSize]
+	}
+	return make([]byte, s.partSize)
+}
+
+func (s *S3Store) release(b []byte) {
+	b = b[:cap(b)]
+	s.parts.Put(&b)
+}
+
+// putParts uploads first, then the rest of r, as a multipart upload.
+func (s *S3Store) putParts(ctx context.Context, key string, first []byte, r io.Reader, meta map[string]string) (err error) {
 	id, err := s.core.NewMultipartUpload(ctx, s.bucket, key, minio.PutObjectOptions{UserMetadata: meta, ContentType: "application/octet-stream"})
 	if err != nil {
 		return s.describe("start the upload of "+key, err)
@@ -119,9 +164,10 @@ func (s *S3Store) Put(ctx context.Context, key string, r io.Reader, meta map[str
 		num int
 		buf []byte
 	}
+	second := s.buffer()
+	defer s.release(second)
 	free := make(chan []byte, 2)
-	free <- make([]byte, s.partSize)
-	free <- make([]byte, s.partSize)
+	free <- second
 	parts := make(chan part)
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -146,22 +192,26 @@ func (s *S3Store) Put(ctx context.Context, key string, r io.Reader, meta map[str
 	}()
 
 	var readErr error
+	buf := first
 	for num := 1; ; num++ {
-		var buf []byte
-		select {
-		case buf = <-free:
-		case <-uctx.Done():
+		n, rerr := len(buf), error(nil)
+		if num > 1 {
+			buf = nil
+			select {
+			case buf = <-free:
+			case <-uctx.Done():
+			}
+			if buf == nil {
+				break
+			}
+			n, rerr = io.ReadFull(r, buf)
 		}
-		if buf == nil {
-			break
-		}
-		n, rerr := io.ReadFull(r, buf)
 		end := errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF)
 		if rerr != nil && !end {
 			readErr = rerr
 			break
 		}
-		if n > 0 || num == 1 {
+		if n > 0 {
 			select {
 			case parts <- part{num, buf[:n]}:
 			case <-uctx.Done():

@@ -21,14 +21,14 @@ import (
 )
 
 // RestoreHeader is the restore table of BENCHMARKS.md.
-const RestoreHeader = "| database | wall: EtcdRestore to 3 ready | floor | download | etcdutl restore | members start-to-ready (n) | ratio |\n|---|---|---|---|---|---|---|\n"
+const RestoreHeader = "| database | wall: EtcdRestore to 3 ready | floor | download | etcdutl restore | slowest member start-to-ready (members) | ratio |\n|---|---|---|---|---|---|---|\n"
 
 // TestRestoreBenchReport measures a restore of a database of 256 MiB into
 // a cluster of 3 against its floor, measured in the same run: one
 // download of the object from the same S3 server, one etcdutl snapshot
-// restore of it, and each new member's start-to-ready as the kubelet saw
-// it, where ready also means holding the data (a learner's Pod is Ready
-// before the leader's snapshot reaches it). The wall time runs from the EtcdRestore's creation to the cluster
+// restore of it, and one member's start-to-ready (the slowest of the
+// three, which start together), where ready also means holding the data.
+// The wall time runs from the EtcdRestore's creation to the cluster
 // running at 3 on the restored data. Run with BENCH_REPORT=1 (make bench).
 func TestRestoreBenchReport(t *testing.T) {
 	if os.Getenv("BENCH_REPORT") == "" {
@@ -105,11 +105,36 @@ func TestRestoreBenchReport(t *testing.T) {
 	s.w.Stop()
 	b := &backupScenario{scenario: s, s3: s3}
 	b.createSecret("aws", s3test.AccessKey, s3test.SecretKey)
+	run := measureRestore(t, b, b.restoreSpec(exampleName, "bench/256.db"), size)
 
-	// When each new member holds the data: a learner's Pod turns Ready as
-	// soon as it serves serializable reads, before the leader's snapshot
-	// has reached it, so Ready alone would leave the replication out of
-	// the floor.
+	floor := download + restore + run.slowest
+	r := float64(run.wall) / float64(floor)
+	line := fmt.Sprintf("| %d MiB | %s | %s | %s | %s | %s (%d) | %.2f |", size>>20, round(run.wall), round(floor), round(download), round(restore), round(run.slowest), run.members, r)
+	appendTableLine(t, "restore", RestoreHeader, line, func() (string, error) { return testenv.FromModuleRoot(os.Getenv("BENCH_RESTORE_FILE")) })
+	if r > 1.5 {
+		t.Errorf("restore of %d MiB into 3 members: %s, %.2f× the floor of %s (want at most 1.5×)", size>>20, round(run.wall), r, round(floor))
+	}
+}
+
+// restoreRun is what measureRestore saw.
+type restoreRun struct {
+	// wall runs from the EtcdRestore's creation to the last member of
+	// the restored cluster ready and holding the data.
+	wall time.Duration
+	// slowest is the longest start-to-ready of a member of the restored
+	// cluster, as the kubelet saw it, ready meaning holding the data too.
+	slowest time.Duration
+	members int
+}
+
+// measureRestore applies the EtcdRestore spec over the running cluster of
+// 3 and measures it. A member counts as ready once its database holds 90%
+// of size: a Pod turns Ready as soon as its etcd answers serializable
+// health checks, which a member that has yet to receive the data (a
+// learner, under the serial restore this replaced) does.
+func measureRestore(t *testing.T, b *backupScenario, spec map[string]any, size int64) restoreRun {
+	t.Helper()
+	s := b.scenario
 	dataCtx, stopData := context.WithCancel(s.env.Ctx())
 	dataAt := map[string]time.Time{}
 	dataDone := make(chan struct{})
@@ -128,37 +153,33 @@ func TestRestoreBenchReport(t *testing.T) {
 		}
 	}()
 
-	start = time.Now()
-	b.applyRestore(exampleName, b.restoreSpec(exampleName, "bench/256.db"))
+	start := time.Now()
+	b.applyRestore(exampleName, spec)
 	var done time.Time
-	err = s.env.WaitFor(10*time.Minute, "the restore completed", func() (bool, string) {
+	err := s.env.WaitFor(10*time.Minute, "the restore completed", func() (bool, string) {
 		v := b.restoreView(exampleName)
 		if v.Cluster.Restore.Phase == "Completed" {
 			done = time.Now()
 			return true, ""
 		}
+		if v.Object.Phase == "Failed" || v.Object.Phase == "Refused" {
+			return true, ""
+		}
 		return false, fmt.Sprintf("%+v", v.Cluster.Restore)
 	})
+	stopData()
+	<-dataDone
 	if err != nil {
 		t.Fatal(err)
 	}
+	if done.IsZero() {
+		t.Fatalf("the restore failed: %+v", b.restoreView(exampleName).Object)
+	}
 	// The status turns Completed at the first sync after the third member
-	// is Ready; the wall ends at that member's readiness, as the kubelet saw
-	// it, so that polling does not count.
-	wall := done.Sub(start)
-	var lastReady time.Time
-	for _, r := range s.env.Kubelet.ContainerRuns() {
-		if r.Namespace == ns && strings.HasPrefix(r.Pod, exampleName+"-") && r.Started.After(start) && !r.Ready.IsZero() && r.Ready.After(lastReady) {
-			lastReady = r.Ready
-		}
-	}
-	if !lastReady.IsZero() && lastReady.Before(done) {
-		wall = lastReady.Sub(start)
-	}
-	stopData()
-	<-dataDone
-	var starts time.Duration
-	n := 0
+	// is Ready; the wall ends at the last member's readiness with the
+	// data, so that polling does not count.
+	var run restoreRun
+	var last time.Time
 	for _, r := range s.env.Kubelet.ContainerRuns() {
 		if r.Namespace != ns || !strings.HasPrefix(r.Pod, exampleName+"-") || r.Container != "etcd" || r.Started.Before(start) || r.Ready.IsZero() {
 			continue
@@ -167,19 +188,18 @@ func TestRestoreBenchReport(t *testing.T) {
 		if at, ok := dataAt[r.Pod]; ok && at.After(end) {
 			end = at
 		}
-		starts += end.Sub(r.Started)
-		n++
+		run.slowest = max(run.slowest, end.Sub(r.Started))
+		run.members++
+		last = later(last, end)
 	}
-	floor := download + restore + starts
-	r := float64(wall) / float64(floor)
-	line := fmt.Sprintf("| %d MiB | %s | %s | %s | %s | %s (%d) | %.2f |", size>>20, round(wall), round(floor), round(download), round(restore), round(starts), n, r)
-	appendTableLine(t, "restore", RestoreHeader, line, func() (string, error) { return testenv.FromModuleRoot(os.Getenv("BENCH_RESTORE_FILE")) })
-	if n != 3 {
-		t.Errorf("the floor counts %d member starts, want the 3 members of the restored cluster", n)
+	run.wall = done.Sub(start)
+	if !last.IsZero() && last.Before(done) {
+		run.wall = last.Sub(start)
 	}
-	if r > 1.5 {
-		t.Errorf("restore of %d MiB into 3 members: %s, %.2f× the floor of %s (want at most 1.5×)", size>>20, round(wall), r, round(floor))
+	if run.members != 3 {
+		t.Errorf("%d members of the restored cluster started, want 3", run.members)
 	}
+	return run
 }
 
 // memberStatus asks one member for its status, briefly.
