@@ -29,7 +29,8 @@ import (
 // Continuous backups end to end: an encrypted EtcdBackup with a delta
 // every 2 s under a writer of at least 200 puts/s, on a cluster on
 // emptyDir, in a real S3 server; EtcdRestores of its chain to a revision,
-// to a moment, refused with a wrong key and with a tampered object, and
+// to a moment, refused with a wrong key, with a tampered object and for a
+// revision the chain does not hold, and
 // to the newest state after every member is lost. The archiver is a Pod
 // of the hook's own binary, run by the harness's kubelet; the hook reads
 // its status at the Pod's IP.
@@ -381,6 +382,10 @@ func TestContinuousBackupRestores(t *testing.T) {
 	putSecret(t, s.env, "wrong-key", map[string][]byte{"key": wrong})
 	p.refused("a wrong key", map[string]any{"backupStorageType": "S3", "s3": p.s3Spec(snapshot, "aws"), "revision": r,
 		"encryption": map[string]any{"secretName": "wrong-key", "key": "key"}}, "key")
+	p.refused("a revision after the newest stored", map[string]any{"backupStorageType": "S3", "s3": p.s3Spec(snapshot, "aws"), "revision": last + 1_000_000,
+		"encryption": map[string]any{"secretName": pitrKeySec, "key": "key"}}, "newer than the newest")
+	p.refused("a revision before the oldest snapshot", map[string]any{"backupStorageType": "S3", "s3": p.s3Spec(snapshot, "aws"), "revision": 2,
+		"encryption": map[string]any{"secretName": pitrKeySec, "key": "key"}}, "older than the oldest")
 	tampered := p.tamperDelta(p.history, r)
 	p.refused("a tampered delta", map[string]any{"backupStorageType": "S3", "s3": p.s3Spec(snapshot, "aws"), "revision": last,
 		"encryption": map[string]any{"secretName": pitrKeySec, "key": "key"}}, "tamper")
