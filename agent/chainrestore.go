@@ -63,10 +63,14 @@ func RestoreChain(ctx context.Context, src ChainSource, work, out string) (res C
 	}
 	hs := archive.Histories(src.Base, listing)
 	var h *archive.History
+	if src.History == "" {
+		if h, err = archive.PickHistory(hs, src.Target); err != nil {
+			return res, unusable(err)
+		}
+	}
 	for i := range hs {
-		if src.History == "" || hs[i].ID == src.History {
+		if hs[i].ID == src.History {
 			h = &hs[i]
-			break
 		}
 	}
 	if h == nil {

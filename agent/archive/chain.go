@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -269,4 +270,48 @@ func Expired(histories []History, keep int, current string) []Object {
 		}
 	}
 	return out
+}
+
+// ErrAmbiguous: more than one history holds the revision asked for, and
+// none was named.
+var ErrAmbiguous = errors.New("more than one history holds the revision")
+
+// PickHistory is the history of hs (newest first, as Histories orders
+// them) a target is restored from when none is named: for the newest
+// state, the newest history; for a moment, the newest history that was
+// being archived by then (its oldest snapshot complete at or before it);
+// for a revision, the one history that holds it. A restore makes a new
+// history, so the state before a restore is found by what it asks for,
+// not by the store's newest objects. nil when hs is empty; with no
+// history that fits, the newest, for Select to say why.
+func PickHistory(hs []History, t Target) (*History, error) {
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	switch {
+	case !t.Time.IsZero():
+		for i := range hs {
+			if len(hs[i].Snapshots) > 0 && !hs[i].Snapshots[0].Last.After(t.Time) {
+				return &hs[i], nil
+			}
+		}
+	case t.Revision > 0:
+		var holding []string
+		var found *History
+		for i := range hs {
+			if _, err := Select(hs[i], t); err == nil {
+				holding = append(holding, hs[i].ID)
+				if found == nil {
+					found = &hs[i]
+				}
+			}
+		}
+		if len(holding) > 1 {
+			return nil, fmt.Errorf("%w: revision %d is in histories %s; name one by the key of one of its snapshots", ErrAmbiguous, t.Revision, strings.Join(holding, " and "))
+		}
+		if found != nil {
+			return found, nil
+		}
+	}
+	return &hs[0], nil
 }

@@ -290,3 +290,50 @@ func FuzzSelect(f *testing.F) {
 		}
 	})
 }
+
+// TestPickHistory: a restore that names no history finds the one its
+// target is in: a restore in between made a new one, newer in the store.
+func TestPickHistory(t *testing.T) {
+	before, after, other := "0000000000000001", "0000000000000002", "0000000000000003"
+	listing := func(keys ...Listed) []History { return Histories(testBase, keys) }
+	// before: revisions 100 to 300, archived from 0 s to 60 s; after (the
+	// restored cluster, its revisions bumped): from 120 s on.
+	two := listing(
+		Listed{Key: snapKey(before, 100, 0), Modified: at(1)},
+		Listed{Key: deltaKey(before, 101, 300, 10, 60), Modified: at(60)},
+		Listed{Key: snapKey(after, 1_000_000_300, 120), Modified: at(121)},
+		Listed{Key: deltaKey(after, 1_000_000_301, 1_000_000_400, 125, 180), Modified: at(180)},
+	)
+	cases := []struct {
+		name, reason string
+		hs           []History
+		target       Target
+		want         string
+		err          error
+	}{
+		{"newest", "no target: the newest history", two, Target{}, after, nil},
+		{"moment before the restore", "a moment at 30 s: the history archived then", two, Target{Time: at(30)}, before, nil},
+		{"moment after the restore", "a moment at 150 s: the restored cluster's", two, Target{Time: at(150)}, after, nil},
+		{"revision of the first", "revision 200 is in the first history only", two, Target{Revision: 200}, before, nil},
+		{"revision of the second", "a bumped revision is in the restored one", two, Target{Revision: 1_000_000_350}, after, nil},
+		{"revision in none", "no history holds it: the newest, whose Select says why", two, Target{Revision: 5_000_000_000}, after, nil},
+		{"ambiguous", "two clusters' histories both hold revision 150: refused, not guessed", listing(
+			Listed{Key: snapKey(before, 100, 0), Modified: at(1)},
+			Listed{Key: deltaKey(before, 101, 300, 10, 60), Modified: at(60)},
+			Listed{Key: snapKey(other, 50, 70), Modified: at(71)},
+			Listed{Key: deltaKey(other, 51, 400, 75, 90), Modified: at(90)},
+		), Target{Revision: 150}, "", ErrAmbiguous},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := PickHistory(tc.hs, tc.target)
+			got := ""
+			if h != nil {
+				got = h.ID
+			}
+			if got != tc.want || !errors.Is(err, tc.err) {
+				t.Errorf("%s: history %q, error %v; want %q, %v", tc.reason, got, err, tc.want, tc.err)
+			}
+		})
+	}
+}
