@@ -360,11 +360,11 @@ func TestContinuousBackupRestores(t *testing.T) {
 		t.Errorf("restore to revision %d: the key on a lease alive at it (put at revision %d) is missing", r, leased.Header.Revision)
 	}
 
-	// 3: a moment, from the first history, named by its snapshot's key.
+	// 3: a moment, by the backup's name: the restore just made began a
+	// new history, and the moment is in the first one.
 	snapshot := p.snapshotKey(p.history)
 	at := moment.UTC().Format(time.RFC3339)
-	p.restoreTo("restore to "+at, map[string]any{"backupStorageType": "S3", "s3": p.s3Spec(snapshot, "aws"), "time": at,
-		"encryption": map[string]any{"secretName": pitrKeySec, "key": "key"}})
+	p.restoreTo("restore to "+at, map[string]any{"backup": map[string]any{"name": pitrBackup}, "time": at})
 	keep, gone = nil, nil
 	for _, a := range all {
 		if a.at.After(moment) {
