@@ -286,6 +286,13 @@ type ChainTarget struct {
 	Time *metav1.Time `json:"time,omitempty"`
 	// +optional
 	Encryption *EncryptionKey `json:"encryption,omitempty"`
+	// Resolved is the revision the restore's seed rebuilt the target to,
+	// recorded when the restore is committed: every other member, and the
+	// seed rendered again, rebuild exactly it, whatever the chain has
+	// grown to or a moment resolves to since. The target itself stays as
+	// asked, which is what an EtcdRestore applied again is compared with.
+	// +optional
+	Resolved int64 `json:"resolved,omitempty"`
 }
 
 // String names the target for people: "revision 42", "the state as of

@@ -77,7 +77,9 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 	if fetch.result.Revision != 0 {
 		status.Revision = fetch.result.Revision
 	}
-	if strings.HasPrefix(fetch.result.Source, "s3://") {
+	// (A chain's fetch names its source with the target: the location
+	// stays the request's.)
+	if strings.HasPrefix(fetch.result.Source, "s3://") && req.source.Chain == nil {
 		status.Location = fetch.result.Source
 	}
 	if fetch.result.EtcdVersion != "" {
@@ -115,9 +117,9 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 			// Every other member rebuilds exactly the state the seed
 			// verified, whatever the chain has grown to since, or a moment
 			// would resolve to.
-			pinned := *c
-			pinned.Revision, pinned.Time = status.Revision, nil
-			rec.Restore.Source.Chain = &pinned
+			resolved := *c
+			resolved.Resolved = status.Revision
+			rec.Restore.Source.Chain = &resolved
 		}
 		// The restored history starts there: a restore after it, even
 		// one before any of its members was seen, must start above it.
@@ -125,7 +127,7 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 		if fetch.result.SHA256 != "" {
 			rec.Restore.Source.SHA256 = fetch.result.SHA256
 		}
-		if src := rec.Restore.Source; src.S3 != nil && strings.HasPrefix(fetch.result.Source, "s3://") {
+		if src := rec.Restore.Source; src.S3 != nil && src.Chain == nil && strings.HasPrefix(fetch.result.Source, "s3://") {
 			s3 := *src.S3
 			s3.Path = strings.TrimPrefix(fetch.result.Source, "s3://")
 			rec.Restore.Source.S3 = &s3

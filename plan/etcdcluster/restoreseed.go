@@ -207,6 +207,8 @@ func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta
 	if c := src.Chain; c != nil {
 		fetchArgs = append(fetchArgs, "--chain")
 		switch {
+		case c.Resolved > 0:
+			fetchArgs = append(fetchArgs, fmt.Sprintf("--revision=%d", c.Resolved))
 		case c.Revision > 0:
 			fetchArgs = append(fetchArgs, fmt.Sprintf("--revision=%d", c.Revision))
 		case c.Time != nil:
