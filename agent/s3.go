@@ -106,12 +106,12 @@ func (s *S3Store) Location(key string) string { return "s3://" + s.bucket + "/" 
 // An object that fits in one part (a continuous backup's delta, every
 // second or so) is read whole first and stored with one request; a larger
 // one is a multipart upload, aborted on any error. Either way at most two
-// parts are in memory, in buffers the store keeps for the next Put, so
-// that an archiver storing a delta a second does not allocate 16 MiB for
-// each.
-func (s *S3Store) Put(ctx context.Context, key string, r io.Reader, meta map[string]string) error {
+// parts are in memory, in buffers the store offers the next Put (a
+// sync.Pool, which the GC may empty), so that an archiver storing a delta
+// a second does not allocate 16 MiB for each.
+func (s *S3Store) Put(ctx context.Context, key string, r io.Reader, meta map[string]string) (err error) {
 	first := s.buffer()
-	defer s.release(first)
+	defer func() { s.release(first, err) }()
 	n, rerr := io.ReadFull(r, first)
 	switch {
 	case errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF):
@@ -138,7 +138,13 @@ func (s *S3Store) buffer() []byte {
 	return make([]byte, s.partSize)
 }
 
-func (s *S3Store) release(b []byte) {
+// release keeps b for the next Put, unless the Put failed: the HTTP
+// client may then still be sending it in a request it gave up on, and a
+// later Put writing into it could send another object's bytes there.
+func (s *S3Store) release(b []byte, err error) {
+	if err != nil {
+		return
+	}
 	b = b[:cap(b)]
 	s.parts.Put(&b)
 }
@@ -165,7 +171,7 @@ func (s *S3Store) putParts(ctx context.Context, key string, first []byte, r io.R
 		buf []byte
 	}
 	second := s.buffer()
-	defer s.release(second)
+	defer func() { s.release(second, err) }()
 	free := make(chan []byte, 2)
 	free <- second
 	parts := make(chan part)

@@ -39,6 +39,10 @@ type ArchiveStatus struct {
 	Now time.Time `json:"now"`
 }
 
+// Chained says whether the archiver has its chain: a snapshot of the
+// history it archives, found in the store or taken, to store deltas on.
+func (s ArchiveStatus) Chained() bool { return s.History != "" && s.ChainStart > 0 }
+
 // RPO is the age of the oldest change not yet stored, at Now.
 func (s ArchiveStatus) RPO() time.Duration {
 	if s.OldestUnstored == nil {
@@ -60,4 +64,7 @@ type ChainBreak struct {
 const (
 	ArchiveStatusPath = "/status"
 	ArchiveStatusPort = 8080
+	// ArchiveReadyPath answers 200 once the archiver has found (or begun)
+	// its chain and watches, 503 before: its readiness probe.
+	ArchiveReadyPath = "/readyz"
 )

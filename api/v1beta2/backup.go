@@ -299,6 +299,12 @@ type BackupChain struct {
 	// From to To, so no restore can reach one of them.
 	// +optional
 	Breaks []ChainBreak `json:"breaks,omitempty"`
+	// ReportedAt is when the hook last wrote the archiver's figures
+	// (lastDeltaRevision, lastDeltaTime, rpoSeconds) into the status; it
+	// writes them again statusRefresh (30 s) later, or when BackupReady
+	// or the chain changes.
+	// +optional
+	ReportedAt *metav1.Time `json:"reportedAt,omitempty"`
 }
 
 // ChainBreak is one gap between chains.

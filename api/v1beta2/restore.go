@@ -293,6 +293,10 @@ type ChainTarget struct {
 	// asked, which is what an EtcdRestore applied again is compared with.
 	// +optional
 	Resolved int64 `json:"resolved,omitempty"`
+	// History is the history (etcd cluster ID) the seed read, recorded
+	// with Resolved, so that every member reads the same one.
+	// +optional
+	History string `json:"history,omitempty"`
 }
 
 // String names the target for people: "revision 42", "the state as of

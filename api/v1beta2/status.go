@@ -154,6 +154,14 @@ type BootstrapStatus struct {
 	// +optional
 	Bootstrapped bool `json:"bootstrapped,omitempty"`
 
+	// Formed is true once the members a restore started were seen as one
+	// cluster: a member Ready (its etcd had a leader) or the membership
+	// read. Before that, no write beyond the backup can have been
+	// committed, and a member whose Pod is gone restores again under its
+	// name; from then on it is a dead member, as any.
+	// +optional
+	Formed bool `json:"formed,omitempty"`
+
 	// ClusterID is etcd's cluster ID, in hex, once a member answered.
 	// +optional
 	ClusterID string `json:"clusterID,omitempty"`

@@ -86,6 +86,13 @@ func archiveStatusHandler(a *agent.Archiver) http.Handler {
 		_ = json.NewEncoder(w).Encode(a.Status())
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET "+report.ArchiveReadyPath, func(w http.ResponseWriter, _ *http.Request) {
+		if !a.Status().Chained() {
+			http.Error(w, "no chain yet: taking the first snapshot, or listing the store", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	return mux
 }
 

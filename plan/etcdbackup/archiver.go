@@ -119,7 +119,21 @@ func (p *planner) planContinuous() {
 		}
 	}
 	p.progressing = cond{metav1.ConditionFalse, ReasonArchiving, "archiver " + want.Name + " stores every change within " + p.deltaInterval().String()}
-	p.reportArchive(current)
+	p.reportArchive(p.reporting(current))
+}
+
+// reporting is the archiver whose answer the status reports: the current
+// one once it answers; until then an earlier one that still archives.
+func (p *planner) reporting(current *corev1.Pod) *corev1.Pod {
+	if current == nil || p.o.Archive[current.Name].Status != nil {
+		return current
+	}
+	for name, pod := range p.archivers {
+		if st := p.o.Archive[name].Status; name != current.Name && st != nil && st.Chained() {
+			return pod
+		}
+	}
+	return current
 }
 
 func (p *planner) deltaInterval() time.Duration {
@@ -196,7 +210,9 @@ func (p *planner) archiverPod(t runTarget) *corev1.Pod {
 	no, yes := false, true
 	uid := int64(nonrootUID)
 	probe := &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(report.ArchiveStatusPort)}},
+		// Ready once it has found its chain and watches: an archiver of
+		// an earlier spec is deleted only then.
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: report.ArchiveReadyPath, Port: intstr.FromInt32(report.ArchiveStatusPort)}},
 		PeriodSeconds: 5,
 	}
 	pod := &corev1.Pod{

@@ -226,6 +226,28 @@ func TestStatusRefresh(t *testing.T) {
 	if diff := cmp.Diff(first, second); diff != "" {
 		t.Errorf("10 s later, the status changed (-first +second):\n%s", diff)
 	}
+	// The store out of reach: no delta stored for minutes, the RPO growing
+	// every second, BackupReady False. Once that is written, a sync 10 s
+	// later writes nothing new.
+	behind := func(now time.Time) *report.ArchiveStatus {
+		return archiveStatus(now, func(s *report.ArchiveStatus) {
+			old, last := now.Add(-3*time.Minute), t0.Add(50*time.Minute)
+			s.OldestUnstored, s.LastDeltaTime, s.LastError = &old, &last, "upload: connection refused"
+		})
+	}
+	o.Now = now.Add(20 * time.Second)
+	o.Archive[archiver.Name] = ArchiveObservation{Status: behind(o.Now)}
+	o.Backup.Status = Plan(o).Status
+	if c := condition(o.Backup.Status, ConditionBackupReady); c != "False/"+ReasonDeltasBehind {
+		t.Fatalf("the store out of reach: BackupReady %s", c)
+	}
+	outage := o.Backup.Status
+	o.Now = now.Add(30 * time.Second)
+	o.Archive[archiver.Name] = ArchiveObservation{Status: behind(o.Now)}
+	if diff := cmp.Diff(outage, Plan(o).Status); diff != "" {
+		t.Errorf("10 s into an outage, the status changed, which syncs the backup again (-before +after):\n%s", diff)
+	}
+	o.Backup.Status = first
 	// 40 s on: refreshed.
 	o.Now = now.Add(40 * time.Second)
 	o.Archive[archiver.Name] = ArchiveObservation{Status: archiveStatus(o.Now, func(s *report.ArchiveStatus) { s.LastDeltaRevision = 5080 })}

@@ -24,7 +24,7 @@ func (p *planner) reportArchive(pod *corev1.Pod) {
 		obs = p.o.Archive[pod.Name]
 	}
 	st := obs.Status
-	if st == nil || st.History == "" {
+	if st == nil || !st.Chained() {
 		return
 	}
 	prev := p.o.Backup.Status
@@ -36,11 +36,18 @@ func (p *planner) reportArchive(pod *corev1.Pod) {
 		chain.Breaks = append(chain.Breaks, v1beta2.ChainBreak{Time: metav1.NewTime(b.At.UTC().Truncate(time.Second)), From: b.From, To: b.To})
 	}
 	p.status.Chain = chain
-	stale := prev.LastDeltaTime == nil || p.o.Now.Sub(prev.LastDeltaTime.Time) >= statusRefresh ||
-		prev.Chain == nil || prev.Chain.ClusterID != chain.ClusterID || prev.Chain.StartRevision != chain.StartRevision
+	// When the figures were last written, not when the archiver last
+	// stored: with the store out of reach no delta is stored, and the RPO,
+	// which grows every second, would otherwise be written on every sync,
+	// each write bringing the next.
+	stale := prev.Chain == nil || prev.Chain.ReportedAt == nil || p.o.Now.Sub(prev.Chain.ReportedAt.Time) >= statusRefresh ||
+		prev.Chain.ClusterID != chain.ClusterID || prev.Chain.StartRevision != chain.StartRevision
 	if stale || p.readyChanged() {
 		rpo := int64(st.RPO() / time.Second)
 		p.status.LastDeltaRevision, p.status.LastDeltaTime, p.status.RPOSeconds = st.LastDeltaRevision, metaTime(st.LastDeltaTime), &rpo
+		chain.ReportedAt = metaTime(&p.o.Now)
+	} else {
+		chain.ReportedAt = prev.Chain.ReportedAt
 	}
 	rev, at := p.status.LastDeltaRevision, p.status.LastDeltaTime
 	if rev == 0 {
@@ -68,8 +75,9 @@ func (p *planner) readyChanged() bool {
 }
 
 // archiveReady is BackupReady from the archiver's answer: False once the
-// oldest change not stored is older than three delta intervals, or the
-// archiver has not answered for that long since it started.
+// oldest change not stored is older than three delta intervals, and,
+// for an archiver that does not answer, once it has had three intervals
+// and a minute to start (scheduling, the image, its first listing).
 func (p *planner) archiveReady(pod *corev1.Pod) cond {
 	limit := 3 * p.deltaInterval()
 	if pod == nil {
@@ -89,7 +97,7 @@ func (p *planner) archiveReady(pod *corev1.Pod) cond {
 		return cond{metav1.ConditionFalse, ReasonArchiverSilent, fmt.Sprintf("archiver %s does not report: %s%s", pod.Name, why, waitingReason(pod))}
 	}
 	st := obs.Status
-	if st.History == "" {
+	if !st.Chained() {
 		msg := fmt.Sprintf("archiver %s is taking the first snapshot of the chain", pod.Name)
 		if st.LastError != "" {
 			msg += "; the last attempt failed: " + st.LastError
@@ -97,7 +105,9 @@ func (p *planner) archiveReady(pod *corev1.Pod) cond {
 		return cond{metav1.ConditionFalse, ReasonSnapshotPending, msg}
 	}
 	if rpo := st.RPO(); rpo > limit {
-		msg := fmt.Sprintf("the oldest change not stored is %s old, more than 3 delta intervals (%s)", rpo.Round(time.Second), limit)
+		// Not the RPO itself, which changes every second: the message is
+		// part of the status, and each change of it another sync.
+		msg := fmt.Sprintf("changes wait longer than 3 delta intervals (%s) to be stored; status.rpoSeconds says how long", limit)
 		if st.LastError != "" {
 			msg += ": " + st.LastError
 		}

@@ -68,6 +68,9 @@ func (p *planner) bootstrapRecord() *v1beta2.BootstrapStatus {
 	if o.Membership != nil || p.anyPodStarted(out.SeedMember) {
 		out.Bootstrapped = true
 	}
+	if out.Restore != nil && !out.Formed && (o.Membership != nil || p.restoredMemberReady(&out)) {
+		out.Formed = true
+	}
 	if ms := o.Membership; ms != nil && ms.ClusterID != 0 && out.ClusterID == "" {
 		out.ClusterID = strconv.FormatUint(ms.ClusterID, 16)
 	}
@@ -126,6 +129,7 @@ func newerRecord(status, copy *v1beta2.BootstrapStatus) *v1beta2.BootstrapStatus
 	case status.SeedMember == copy.SeedMember:
 		out := *status
 		out.Bootstrapped = status.Bootstrapped || copy.Bootstrapped
+		out.Formed = status.Formed || copy.Formed
 		if out.ClusterID == "" {
 			out.ClusterID = copy.ClusterID
 		}
@@ -153,7 +157,7 @@ func (p *planner) recordText() string {
 // runs on every sync, and the restore's record is the only part that
 // needs reflection.
 func sameRecord(a, b *v1beta2.BootstrapStatus) bool {
-	if a.SeedMember != b.SeedMember || a.Bootstrapped != b.Bootstrapped || a.ClusterID != b.ClusterID ||
+	if a.SeedMember != b.SeedMember || a.Bootstrapped != b.Bootstrapped || a.Formed != b.Formed || a.ClusterID != b.ClusterID ||
 		a.RecreatedFrom != b.RecreatedFrom || a.RevisionSeen != b.RevisionSeen {
 		return false
 	}
@@ -224,6 +228,17 @@ func (p *planner) anyPodStarted(seed string) bool {
 			continue
 		}
 		if podStarted(pod) {
+			return true
+		}
+	}
+	return false
+}
+
+// restoredMemberReady: a member the recorded restore started has a Ready
+// Pod, so its etcd had a leader: the restored members formed a cluster.
+func (p *planner) restoredMemberReady(rec *v1beta2.BootstrapStatus) bool {
+	for name, pod := range p.o.Pods {
+		if restoredMember(rec, name) && podReady(pod) {
 			return true
 		}
 	}

@@ -362,8 +362,8 @@ func TestFirstSeedsByUID(t *testing.T) {
 // record changed alone makes them differ, and a new field fails here
 // until sameRecord compares it.
 func TestSameRecord(t *testing.T) {
-	if n := reflect.TypeFor[v1beta2.BootstrapStatus]().NumField(); n != 6 {
-		t.Fatalf("BootstrapStatus has %d fields; sameRecord compares 6", n)
+	if n := reflect.TypeFor[v1beta2.BootstrapStatus]().NumField(); n != 7 {
+		t.Fatalf("BootstrapStatus has %d fields; sameRecord compares 7", n)
 	}
 	at := metav1.NewTime(time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC))
 	restore := func() *v1beta2.RestoreRecord {
@@ -377,6 +377,7 @@ func TestSameRecord(t *testing.T) {
 		{"alike", func(*v1beta2.BootstrapStatus) {}},
 		{"seed", func(r *v1beta2.BootstrapStatus) { r.SeedMember = "a-other" }},
 		{"bootstrapped", func(r *v1beta2.BootstrapStatus) { r.Bootstrapped = false }},
+		{"formed", func(r *v1beta2.BootstrapStatus) { r.Formed = true }},
 		{"cluster ID", func(r *v1beta2.BootstrapStatus) { r.ClusterID = "2e" }},
 		{"recreated from", func(r *v1beta2.BootstrapStatus) { r.RecreatedFrom = "" }},
 		{"revision seen", func(r *v1beta2.BootstrapStatus) { r.RevisionSeen = 2_000_000 }},

@@ -118,7 +118,7 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 			// verified, whatever the chain has grown to since, or a moment
 			// would resolve to.
 			resolved := *c
-			resolved.Resolved = status.Revision
+			resolved.Resolved, resolved.History = status.Revision, fetch.result.History
 			rec.Restore.Source.Chain = &resolved
 		}
 		// The restored history starts there: a restore after it, even
@@ -186,6 +186,42 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 // request's phase is derived from the record: Restoring until the cluster
 // matches its spec, then Completed (see status).
 func (p *planner) carriedRestoreStatus() *v1beta2.ClusterRestoreStatus {
+	st := p.committedRestoreStatus()
+	if st != nil && st.Phase == v1beta2.RestoreRestoring {
+		if trouble := p.restoredMembersTrouble(); trouble != "" {
+			withTrouble := *st
+			withTrouble.Message += "; " + trouble
+			return &withTrouble
+		}
+	}
+	return st
+}
+
+// restoredMembersTrouble says what keeps a restore's other members from
+// starting, until they have formed a cluster: a fetch that failed for
+// good, or one the kubelet retries. The seed's fetch was verified before
+// the commit.
+func (p *planner) restoredMembersTrouble() string {
+	rec := p.rec
+	if rec == nil || rec.Restore == nil || rec.Formed || len(rec.Restore.Members) < 2 {
+		return ""
+	}
+	var out []string
+	for _, name := range rec.Restore.Members[1:] {
+		fetch := observeFetch(p.o.Pods[name])
+		switch {
+		case fetch.failed:
+			out = append(out, fmt.Sprintf("member %s cannot restore the backup: %s", name, fetch.result.Reason))
+		case fetch.trouble != "":
+			out = append(out, fmt.Sprintf("member %s's fetch failed and is retried: %s", name, fetch.trouble))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// committedRestoreStatus is carriedRestoreStatus before the members'
+// trouble.
+func (p *planner) committedRestoreStatus() *v1beta2.ClusterRestoreStatus {
 	prev := p.o.Cluster.Status.Restore
 	if p.rec == nil || p.rec.Restore == nil {
 		return prev

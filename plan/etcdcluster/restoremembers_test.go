@@ -48,8 +48,8 @@ func TestParallelRestore(t *testing.T) {
 				r.Spec.Time = &at
 				r.Spec.Encryption = &v1beta2.EncryptionKey{SecretName: "backup-key", Key: "key"}
 			},
-			result: `{"succeeded":true,"source":"s3://backups/demo.db at the state as of 2026-11-27T04:00:00Z","revision":5120,"etcdVersion":"3.6.16"}`,
-			fetch:  []string{"--chain", "--s3-path=backups/demo.db ", "--revision=5120", "--key-file=/etc/etcd-restore/key/key"}, notFetch: []string{"--time=", " at "},
+			result: `{"succeeded":true,"source":"s3://backups/demo.db at the state as of 2026-11-27T04:00:00Z","revision":5120,"history":"00000000000000ab","etcdVersion":"3.6.16"}`,
+			fetch:  []string{"--chain", "--s3-path=backups/demo.db.pitr/00000000000000ab/ ", "--revision=5120", "--key-file=/etc/etcd-restore/key/key"}, notFetch: []string{"--time=", " at "},
 		},
 	}
 	for _, tc := range cases {
@@ -140,5 +140,96 @@ func TestParallelRestore(t *testing.T) {
 				t.Errorf("formed: Pods %v, want %v", got, sorted(members))
 			}
 		})
+	}
+}
+
+// restoreCommitted is a cluster whose restore of three members was
+// committed (the record names them) and has not formed yet; pods are the
+// members' Pods that exist, each as edited.
+func restoreCommitted(members []string, pods map[string]func(*corev1.Pod)) *Observed {
+	o := observed(newCluster(3, "3.6.16"))
+	rec := &v1beta2.BootstrapStatus{SeedMember: members[0], RecreatedFrom: firstSeed,
+		Restore: &v1beta2.RestoreRecord{Request: restoreID, Source: v1beta2.ResolvedSource{S3: s3Source, SHA256: "ab12"}, Members: members}}
+	o.Cluster.Status.Bootstrap = rec
+	stampedService(o, rec)
+	for name, edit := range pods {
+		p := memberPod(name, corev1.PodRunning, false)
+		p.Annotations[AnnotationSeedMember] = members[0]
+		p.Annotations[AnnotationRestoreRequest] = restoreID
+		if edit != nil {
+			edit(p)
+		}
+		o.Pods[name] = p
+	}
+	return o
+}
+
+// TestRestoredMembersLost: until the restored members have formed a
+// cluster, a member whose Pod is gone restores again under its name, the
+// seed too; once one was seen Ready, it is a dead member and never
+// restored again (it may have acknowledged writes). A member whose fetch
+// fails is named in the status.
+func TestRestoredMembersLost(t *testing.T) {
+	members := []string{restoreSeed, SeedName(testCluster, "m1"), SeedName(testCluster, "m2")}
+	ready := func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
+	failedFetch := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: restoreFetchContainer, State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{ExitCode: 3, Message: `{"permanent":true,"reason":"wrong key"}`}}}}
+	}
+	cases := []struct {
+		name, reason string
+		pods         map[string]func(*corev1.Pod)
+		rendered     []string // Pods rendered with restore steps, new
+		formed       bool
+		message      string
+	}{
+		{"a member gone before forming", "restored again under its name", map[string]func(*corev1.Pod){members[0]: nil, members[1]: nil}, []string{members[2]}, false, ""},
+		{"the seed gone before forming", "the seed restores again too", map[string]func(*corev1.Pod){members[1]: nil, members[2]: nil}, []string{members[0]}, false, ""},
+		{"a member gone after forming", "a member was Ready: the one gone is dead, not restored", map[string]func(*corev1.Pod){members[0]: ready, members[1]: nil}, nil, true, ""},
+		{"a member's fetch failed", "the status names the member and the reason", map[string]func(*corev1.Pod){members[0]: nil, members[1]: nil, members[2]: failedFetch}, nil, false, "member " + members[2] + " cannot restore the backup: wrong key"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := restoreCommitted(members, tc.pods)
+			d := Plan(o)
+			var rendered []string
+			for _, c := range d.Children {
+				if _, observed := o.Pods[c.Name]; observed {
+					continue
+				}
+				if pod, ok := c.Object.(*corev1.Pod); ok {
+					if len(pod.Spec.InitContainers) != 2 {
+						t.Errorf("%s rendered without its restore steps", c.Name)
+					}
+					rendered = append(rendered, c.Name)
+				}
+			}
+			if diff := cmp.Diff(tc.rendered, rendered); diff != "" {
+				t.Errorf("%s: Pods rendered (-want +got):\n%s", tc.reason, diff)
+			}
+			if got := d.Status.Bootstrap != nil && d.Status.Bootstrap.Formed; got != tc.formed {
+				t.Errorf("%s: the record's formed is %v, want %v", tc.reason, got, tc.formed)
+			}
+			if tc.message != "" && (d.Status.Restore == nil || !strings.Contains(d.Status.Restore.Message, tc.message)) {
+				t.Errorf("%s: status.restore %+v does not say %q", tc.reason, d.Status.Restore, tc.message)
+			}
+		})
+	}
+}
+
+// TestRestoreFromClaimIsSerial: a backup on a claim is restored by the
+// seed alone; every member mounting a ReadWriteOnce claim could not run
+// on more than one node.
+func TestRestoreFromClaimIsSerial(t *testing.T) {
+	o := apply(observed(newCluster(3, "3.6.16")), runningThree, etcdRestore(func(r *v1beta2.EtcdRestore) {
+		r.Spec.BackupStorageType, r.Spec.S3 = v1beta2.BackupStoragePVC, nil
+		r.Spec.PVC = &v1beta2.PVCBackupSource{ClaimName: "backups", Path: "demo.db"}
+	}))
+	seed := renderedPod(Plan(o).Children, restoreSeed)
+	if seed == nil || seed.Annotations[AnnotationRestoreMembers] != restoreSeed {
+		t.Errorf("a restore from a claim names members %q, want the seed alone", seed.Annotations[AnnotationRestoreMembers])
 	}
 }

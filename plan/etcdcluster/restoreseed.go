@@ -105,7 +105,7 @@ func (p *planner) restoreSeedPod(seed string, req *restoreRequest) *corev1.Pod {
 	if seed != p.firstSeedName() {
 		token += "-" + seed
 	}
-	members := p.restoreMembers(seed, req.id)
+	members := p.restoreMembers(seed, req.id, req.source)
 	in := memberPodInput{
 		cluster: c, spec: p.spec, name: seed,
 		initialCluster: p.restoreInitialCluster(members),
@@ -115,6 +115,16 @@ func (p *planner) restoreSeedPod(seed string, req *restoreRequest) *corev1.Pod {
 	p.addRestoreSteps(pod, in, req.source, req.id, p.replacedRevision())
 	pod.Annotations[AnnotationRestoreMembers] = strings.Join(members, ",")
 	return pod
+}
+
+// chainPath is the key a restore's fetch reads: of a chain whose history
+// the seed resolved, that history's directory, so that every member reads
+// the one the seed verified; otherwise the source's own.
+func chainPath(path string, c *v1beta2.ChainTarget) string {
+	if c == nil || c.History == "" || strings.Contains(path, v1beta2.ChainDir) {
+		return path
+	}
+	return path + v1beta2.ChainDir + c.History + "/"
 }
 
 // AnnotationRestoreMembers on a restore's seed Pod names every member the
@@ -130,9 +140,16 @@ const AnnotationRestoreMembers = v1beta2.Group + "/restore-members"
 // the store, in parallel, with the same initial cluster: the restore
 // costs about one download, one restore and one start, instead of a
 // member at a time receiving the whole database from the leader.
-func (p *planner) restoreMembers(seed, id string) []string {
+//
+// A backup on a claim is restored by the seed alone, the others joining
+// it as learners: every member mounting the claim would need it attached
+// to every node at once, which a ReadWriteOnce claim is not.
+func (p *planner) restoreMembers(seed, id string, src v1beta2.ResolvedSource) []string {
 	c := p.o.Cluster
 	names := []string{seed}
+	if src.PVC != nil {
+		return names
+	}
 	for i := 1; i < p.spec.Size; i++ {
 		names = append(names, SeedName(c.Name, string(c.UID)+"/restore/"+id+"/"+strconv.Itoa(i)))
 	}
@@ -179,7 +196,7 @@ func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta
 	volumes := []corev1.Volume{{Name: restoreToolsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	switch {
 	case src.S3 != nil:
-		fetchArgs = append(fetchArgs, "--s3-path="+src.S3.Path, "--aws-dir="+restoreAWSDir)
+		fetchArgs = append(fetchArgs, "--s3-path="+chainPath(src.S3.Path, src.Chain), "--aws-dir="+restoreAWSDir)
 		if src.S3.Endpoint != "" {
 			fetchArgs = append(fetchArgs, "--s3-endpoint="+src.S3.Endpoint)
 		}
@@ -195,7 +212,7 @@ func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta
 		}})
 		fetchMounts = append(fetchMounts, corev1.VolumeMount{Name: restoreAWSVolume, MountPath: restoreAWSDir, ReadOnly: true})
 	case src.PVC != nil:
-		fetchArgs = append(fetchArgs, "--file="+restoreSourceDir+"/"+src.PVC.FilePath())
+		fetchArgs = append(fetchArgs, "--file="+restoreSourceDir+"/"+chainPath(src.PVC.FilePath(), src.Chain))
 		volumes = append(volumes, corev1.Volume{Name: restoreSourceVolume, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: src.PVC.ClaimName, ReadOnly: true},
 		}})

@@ -110,17 +110,20 @@ func (p *planner) survivors() int {
 	return n
 }
 
-// restoredMembersMissing renders the members a committed restore starts
-// beside its seed, until the restored cluster first answers: they restore
-// in parallel, and the seed waits for them to form a quorum. Once the
-// cluster answered, a member whose Pod is gone is a dead member, as any.
+// restoredMembersMissing renders the members a committed restore starts,
+// the seed among them, whose Pods are missing, until they have formed a
+// cluster (the record's Formed): they restore in parallel, and wait for
+// each other. Once formed, a member whose Pod is gone may have
+// acknowledged writes it no longer holds, so it is a dead member, as any,
+// and never restored again under its name. With no Pod or claim left at
+// all, nothing is rendered: the cluster is reported lost instead.
 func (p *planner) restoredMembersMissing() []plan.Child {
 	rec := p.rec
-	if rec == nil || rec.Restore == nil || len(rec.Restore.Members) < 2 || rec.ClusterID != "" {
+	if rec == nil || rec.Restore == nil || len(rec.Restore.Members) < 2 || rec.Formed || rec.ClusterID != "" || p.survivors() == 0 {
 		return nil
 	}
 	var children []plan.Child
-	for _, name := range rec.Restore.Members[1:] {
+	for _, name := range rec.Restore.Members {
 		if _, ok := p.o.Pods[name]; ok {
 			continue
 		}

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -22,6 +24,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdhook/etcd-hook/agent/archive"
+	"github.com/etcdhook/etcd-hook/agent/report"
 	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
@@ -381,7 +384,7 @@ func TestContinuousBackupRestores(t *testing.T) {
 	_, _ = rand.Read(wrong)
 	putSecret(t, s.env, "wrong-key", map[string][]byte{"key": wrong})
 	p.refused("a wrong key", map[string]any{"backupStorageType": "S3", "s3": p.s3Spec(snapshot, "aws"), "revision": r,
-		"encryption": map[string]any{"secretName": "wrong-key", "key": "key"}}, "key")
+		"encryption": map[string]any{"secretName": "wrong-key", "key": "key"}}, "wrong key")
 	p.refused("a revision after the newest stored", map[string]any{"backupStorageType": "S3", "s3": p.s3Spec(snapshot, "aws"), "revision": last + 1_000_000,
 		"encryption": map[string]any{"secretName": pitrKeySec, "key": "key"}}, "newer than the newest")
 	p.refused("a revision before the oldest snapshot", map[string]any{"backupStorageType": "S3", "s3": p.s3Spec(snapshot, "aws"), "revision": 2,
@@ -549,6 +552,14 @@ func TestContinuousBackupChain(t *testing.T) {
 	if err != nil {
 		t.Error(err)
 	}
+	// Both stored deltas while the writes ran: each answers with the
+	// newest revision it stored.
+	for _, pod := range []string{name, name + "-twin"} {
+		st := p.archiverStatus(pod)
+		if st.LastDeltaRevision < acks[0].rev {
+			t.Errorf("two archivers: %s stored up to revision %d, before the writes began at %d: it did not archive beside the other", pod, st.LastDeltaRevision, acks[0].rev)
+		}
+	}
 	if err := s.env.DeletePod(ns, name+"-twin"); err != nil {
 		t.Fatal(err)
 	}
@@ -645,4 +656,26 @@ func (p *pitrScenario) chainHistory() archive.History {
 		}
 	}
 	return archive.History{ID: p.history}
+}
+
+// archiverStatus reads an archiver Pod's status at its IP, as the hook
+// does.
+func (p *pitrScenario) archiverStatus(pod string) report.ArchiveStatus {
+	p.t.Helper()
+	obj, ok := p.env.API.Get(harness.Ref{Type: harness.TypePod, Namespace: ns, Name: pod})
+	if !ok {
+		p.t.Fatalf("no Pod %s", pod)
+	}
+	st, _ := obj["status"].(map[string]any)
+	ip, _ := st["podIP"].(string)
+	resp, err := http.Get("http://" + net.JoinHostPort(ip, strconv.Itoa(report.ArchiveStatusPort)) + report.ArchiveStatusPath)
+	if err != nil {
+		p.t.Fatalf("the status of %s: %v", pod, err)
+	}
+	defer resp.Body.Close()
+	var out report.ArchiveStatus
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		p.t.Fatalf("the status of %s: %v", pod, err)
+	}
+	return out
 }
