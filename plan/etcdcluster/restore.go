@@ -124,7 +124,9 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 		// The restored history starts there: a restore after it, even
 		// one before any of its members was seen, must start above it.
 		rec.RevisionSeen = max(rec.RevisionSeen, roundRevision(restoredRevision(p.spec.Version, status.Revision, replaced)))
-		if fetch.result.SHA256 != "" {
+		// A snapshot object's sha256 pins it for every member; a chain's
+		// state is rebuilt and checked by each (Chain.Resolved pins it).
+		if fetch.result.SHA256 != "" && rec.Restore.Source.Chain == nil {
 			rec.Restore.Source.SHA256 = fetch.result.SHA256
 		}
 		if src := rec.Restore.Source; src.S3 != nil && src.Chain == nil && strings.HasPrefix(fetch.result.Source, "s3://") {

@@ -48,8 +48,8 @@ func TestParallelRestore(t *testing.T) {
 				r.Spec.Time = &at
 				r.Spec.Encryption = &v1beta2.EncryptionKey{SecretName: "backup-key", Key: "key"}
 			},
-			result: `{"succeeded":true,"source":"s3://backups/demo.db at the state as of 2026-11-27T04:00:00Z","revision":5120,"history":"00000000000000ab","etcdVersion":"3.6.16"}`,
-			fetch:  []string{"--chain", "--s3-path=backups/demo.db.pitr/00000000000000ab/ ", "--revision=5120", "--key-file=/etc/etcd-restore/key/key"}, notFetch: []string{"--time=", " at "},
+			result: `{"succeeded":true,"source":"s3://backups/demo.db at the state as of 2026-11-27T04:00:00Z","sha256":"cd34","revision":5120,"history":"00000000000000ab","etcdVersion":"3.6.16"}`,
+			fetch:  []string{"--chain", "--s3-path=backups/demo.db.pitr/00000000000000ab/ ", "--revision=5120", "--key-file=/etc/etcd-restore/key/key"}, notFetch: []string{"--time=", " at ", "--sha256"},
 		},
 	}
 	for _, tc := range cases {
