@@ -135,6 +135,9 @@ type revisionWatch struct {
 	mu     sync.Mutex
 	revs   []int64
 	errs   []string
+	// compacted: a resumed watch was told its revision is compacted;
+	// rewatched: a watch from then on is registered.
+	compacted, rewatched bool
 }
 
 func watchRevisions(ctx context.Context, endpoint, prefix string) (*revisionWatch, error) {
@@ -149,20 +152,31 @@ func watchRevisions(ctx context.Context, endpoint, prefix string) (*revisionWatc
 		defer cli.Close()
 		var next int64
 		for ctx.Err() == nil {
-			opts := []clientv3.OpOption{clientv3.WithPrefix()}
+			opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify()}
 			if next > 0 {
 				opts = append(opts, clientv3.WithRev(next))
 			}
-			for resp := range cli.Watch(clientv3.WithRequireLeader(ctx), prefix, opts...) {
+			// A watch of its own each time, cancelled when it ends: a
+			// watch broken off without cancelling would stay registered
+			// on the client's shared stream.
+			wctx, wcancel := context.WithCancel(ctx)
+			for resp := range cli.Watch(clientv3.WithRequireLeader(wctx), prefix, opts...) {
 				if err := resp.Err(); err != nil {
 					w.mu.Lock()
-					w.errs = append(w.errs, err.Error())
-					w.mu.Unlock()
+					w.errs = append(w.errs, fmt.Sprintf("%s (member %x, cluster %x)", err, resp.Header.MemberId, resp.Header.ClusterId))
 					if resp.CompactRevision > 0 {
 						// As kube-apiserver does: re-list from now on.
-						next = 0
+						next, w.compacted = 0, true
 					}
+					w.mu.Unlock()
 					break
+				}
+				if resp.Created {
+					// Registered: a write from now on is delivered.
+					w.mu.Lock()
+					w.rewatched = w.rewatched || (next == 0 && w.compacted)
+					w.mu.Unlock()
+					continue
 				}
 				w.mu.Lock()
 				for _, ev := range resp.Events {
@@ -171,6 +185,7 @@ func watchRevisions(ctx context.Context, endpoint, prefix string) (*revisionWatc
 				}
 				w.mu.Unlock()
 			}
+			wcancel()
 			select {
 			case <-ctx.Done():
 			case <-time.After(200 * time.Millisecond):
@@ -184,6 +199,12 @@ func (w *revisionWatch) seen() []int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]int64(nil), w.revs...)
+}
+
+func (w *revisionWatch) errors() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.errs...)
 }
 
 func (w *revisionWatch) stop() {
@@ -362,12 +383,23 @@ func (b *backupScenario) disaster(backup BackupStatus) {
 	}
 
 	// A write after the restore reaches the watcher at a revision above
-	// every one it saw before the loss.
+	// every one it saw before the loss: once its resumed watch was told
+	// it is compacted and it has watched again, as a client re-lists (a
+	// restore of three members at once is over before a watcher retrying
+	// every 200 ms has got that far).
+	err = b.env.WaitFor(30*time.Second, "the watcher watches the restored cluster", func() (bool, string) {
+		watch.mu.Lock()
+		defer watch.mu.Unlock()
+		return watch.rewatched, fmt.Sprintf("errors %v", watch.errs)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := cli.Put(ctx, b.w.Prefix+"after-restore", "x"); err != nil {
 		t.Fatal(err)
 	}
 	err = b.env.WaitFor(30*time.Second, "the watcher sees the write after the restore", func() (bool, string) {
-		return len(watch.seen()) > len(seenBefore), fmt.Sprintf("%d events", len(watch.seen()))
+		return len(watch.seen()) > len(seenBefore), fmt.Sprintf("%d events; the watch's errors: %v", len(watch.seen()), watch.errors())
 	})
 	if err != nil {
 		t.Error(err)
