@@ -87,13 +87,7 @@ func (p *planner) planContinuous() {
 		p.ready = cond{metav1.ConditionFalse, ReasonInvalidSpec, p.progressing.message}
 		return
 	}
-	t, reason, msg := p.target()
-	if reason == "" {
-		reason, msg = p.checkDestination()
-	}
-	if reason == "" {
-		reason, msg = p.checkClientTLS(t.tls)
-	}
+	t, reason, msg := p.checkRun()
 	if reason == "" {
 		reason, msg = p.checkEncryptionKey()
 	}

@@ -140,13 +140,7 @@ func (p *planner) maybeStart(mayStart bool) {
 		p.block(ReasonInvalidSpec, "the spec is invalid, so no backup is taken: "+p.o.SpecErrors.ToAggregate().Error())
 		return
 	}
-	t, reason, msg := p.target()
-	if reason == "" {
-		reason, msg = p.checkDestination()
-	}
-	if reason == "" {
-		reason, msg = p.checkClientTLS(t.tls)
-	}
+	t, reason, msg := p.checkRun()
 	if reason != "" {
 		p.block(reason, msg)
 		return
@@ -170,6 +164,20 @@ func (p *planner) maybeStart(mayStart bool) {
 	p.children = append(p.children, plan.Child{Kind: plan.KindPod, Name: name, Object: p.runPod(name, t)})
 	p.progressing = cond{metav1.ConditionTrue, ReasonRunning, "backup " + name + " started: " + why}
 	p.resync = resyncRunning
+}
+
+// checkRun is what a run or the archiver calls, and what keeps it from
+// running: the cluster's endpoints, the destination's Secret or claim,
+// the client certificate.
+func (p *planner) checkRun() (t runTarget, reason, msg string) {
+	t, reason, msg = p.target()
+	if reason == "" {
+		reason, msg = p.checkDestination()
+	}
+	if reason == "" {
+		reason, msg = p.checkClientTLS(t.tls)
+	}
+	return t, reason, msg
 }
 
 func (p *planner) block(reason, msg string) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,7 +22,6 @@ import (
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
 	"github.com/etcdhook/etcd-hook/internal/s3test"
 	"github.com/etcdhook/etcd-hook/internal/testenv"
-	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
 // ChainRestoreHeader is the point-in-time restore table of BENCHMARKS.md.
@@ -157,14 +155,8 @@ func TestChainRestoreBenchReport(t *testing.T) {
 		}
 	}
 	download := time.Since(start)
-	start = time.Now()
 	restored := filepath.Join(dir, "restored")
-	if out, err := exec.Command(etcdutl, "snapshot", "restore", snapshot, "--data-dir", restored,
-		"--name", "replay", "--initial-cluster", "replay=http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
-		"--bump-revision", "1000000000", "--mark-compacted").CombinedOutput(); err != nil {
-		t.Fatalf("etcdutl snapshot restore: %v\n%s", err, out)
-	}
-	restore := time.Since(start)
+	restore := timedRestore(t, etcdutl, snapshot, restored, "replay")
 	local := etcdtest.StartCluster(t, etcdtest.Options{Size: 1, Version: faultVersion, ExtraArgs: []string{"--data-dir=" + restored, "--name=replay", "--quota-backend-bytes=4294967296"}})
 	lcli, err := clientv3.New(clientv3.Config{Endpoints: local.Endpoints(), DialTimeout: 5 * time.Second})
 	if err != nil {
@@ -176,11 +168,7 @@ func TestChainRestoreBenchReport(t *testing.T) {
 	replay := time.Since(start)
 
 	// The restore, into a cluster of 3 in the harness.
-	s := newFaultScenario(t, harness.Options{Restores: true, ClusterCustomize: true})
-	s.create("setup", faultVersion, 3)
-	s.w.Stop()
-	b := &backupScenario{scenario: s, s3: s3}
-	b.createSecret("aws", s3test.AccessKey, s3test.SecretKey)
+	b := restoreBenchCluster(t, s3)
 	var snapKey string
 	for _, o := range objects {
 		if o.Kind == archive.KindSnapshot {
