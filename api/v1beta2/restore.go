@@ -299,20 +299,6 @@ type ChainTarget struct {
 	History string `json:"history,omitempty"`
 }
 
-// String names the target for people: "revision 42", "the state as of
-// <time>", "the newest state".
-func (t *ChainTarget) String() string {
-	switch {
-	case t == nil:
-		return ""
-	case t.Revision > 0:
-		return fmt.Sprintf("revision %d", t.Revision)
-	case t.Time != nil:
-		return "the state as of " + t.Time.UTC().Format(time.RFC3339)
-	}
-	return "the newest state"
-}
-
 // Location names the object as status does: s3://bucket/key or
 // pvc://claim/path.
 //
