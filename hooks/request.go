@@ -22,6 +22,7 @@ const (
 	ChildServices = "Service.v1"
 	ChildPVCs     = "PersistentVolumeClaim.v1"
 	ChildPDBs     = "PodDisruptionBudget.policy/v1"
+	ChildSecrets  = "Secret.v1"
 )
 
 // request is a sync or finalize request as Metacontroller sends it.
@@ -88,11 +89,15 @@ func decode(body []byte, parentDecoded func(*etcdcluster.Observed)) (*etcdcluste
 	// The related objects before the early start: the early read needs the
 	// client certificate a TLS cluster's Secret holds.
 	decodeClusterRelated(o, req.Related)
+	var err error
+	// The Secrets spec.TLS.auto renders are children.
+	if o.SecretChildren, err = decodeChildren[corev1.Secret](req.Children, ChildSecrets); err != nil {
+		return nil, err
+	}
 	if parentDecoded != nil {
 		parentDecoded(o)
 	}
 
-	var err error
 	if o.Pods, err = decodeChildren[corev1.Pod](req.Children, ChildPods); err != nil {
 		return nil, err
 	}

@@ -60,6 +60,15 @@ func encodeAnswer(status any, children []plan.Child, resync time.Duration, final
 	return json.Marshal(resp)
 }
 
+// secretObject is a Secret child on the wire: a Secret has no spec.
+type secretObject struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Type       corev1.SecretType `json:"type,omitempty"`
+	Data       map[string][]byte `json:"data,omitempty"`
+}
+
 func wireObject(c plan.Child) (any, error) {
 	switch obj := c.Object.(type) {
 	case json.RawMessage:
@@ -72,6 +81,8 @@ func wireObject(c plan.Child) (any, error) {
 		return object{"v1", "PersistentVolumeClaim", obj.ObjectMeta, obj.Spec}, nil
 	case *policyv1.PodDisruptionBudget:
 		return object{"policy/v1", "PodDisruptionBudget", obj.ObjectMeta, obj.Spec}, nil
+	case *corev1.Secret:
+		return secretObject{"v1", "Secret", obj.ObjectMeta, obj.Type, obj.Data}, nil
 	}
 	return nil, fmt.Errorf("child %s %q has unexpected type %T", c.Kind, c.Name, c.Object)
 }

@@ -450,6 +450,7 @@ func TestCompositeController(t *testing.T) {
 		"v1/services":                    "InPlace",
 		"v1/persistentvolumeclaims":      "OnDelete",
 		"policy/v1/poddisruptionbudgets": "InPlace",
+		"v1/secrets":                     "InPlace",
 	}
 	// Metacontroller's enum, minus the Rolling* methods: with those the
 	// sync hook is called concurrently, and this hook has side effects.

@@ -13,7 +13,7 @@ import (
 type Child struct {
 	Kind string
 	Name string
-	// Object is a *corev1.Pod, *corev1.Service,
+	// Object is a *corev1.Pod, *corev1.Service, *corev1.Secret,
 	// *corev1.PersistentVolumeClaim, *policyv1.PodDisruptionBudget, or a
 	// json.RawMessage holding a kept child's last applied configuration.
 	Object any
@@ -25,6 +25,7 @@ const (
 	KindService = "Service"
 	KindPVC     = "PersistentVolumeClaim"
 	KindPDB     = "PodDisruptionBudget"
+	KindSecret  = "Secret"
 )
 
 // LastAppliedAnnotation is where Metacontroller records what a hook last
@@ -42,9 +43,10 @@ func Keep(kind, name string, annotations map[string]string, fallback func() any)
 	return Child{Kind: kind, Name: name, Object: fallback()}
 }
 
-// SortChildren orders an answer: Services first and Pods last, each by name.
+// SortChildren orders an answer: Secrets and Services first and Pods
+// last, each by name.
 func SortChildren(children []Child) {
-	rank := map[string]int{KindService: 0, KindPDB: 1, KindPVC: 2, KindPod: 3}
+	rank := map[string]int{KindSecret: -1, KindService: 0, KindPDB: 1, KindPVC: 2, KindPod: 3}
 	sort.SliceStable(children, func(i, j int) bool {
 		if children[i].Kind != children[j].Kind {
 			return rank[children[i].Kind] < rank[children[j].Kind]

@@ -74,16 +74,22 @@ func newCheckMemo(max int) *checkMemo { return &checkMemo{max: max, m: map[strin
 // hostsToServe are names the leaf must carry. The verdict on a Secret's
 // version is remembered (see secretChecks).
 func CheckTLSSecret(secret *corev1.Secret, keys SecretKeys, hostsToServe []string, now time.Time) string {
+	msg, _ := CheckTLSSecretExpiry(secret, keys, hostsToServe, now)
+	return msg
+}
+
+// CheckTLSSecretExpiry is CheckTLSSecret, and the leaf's expiry when the
+// Secret is usable.
+func CheckTLSSecretExpiry(secret *corev1.Secret, keys SecretKeys, hostsToServe []string, now time.Time) (string, time.Time) {
 	if secret.UID == "" || secret.ResourceVersion == "" {
-		msg, _ := checkTLSSecret(secret, keys, hostsToServe, now)
-		return msg
+		return checkTLSSecret(secret, keys, hostsToServe, now)
 	}
 	key := strings.Join(append([]string{string(secret.UID), keys.Cert, keys.Key, keys.CA}, hostsToServe...), "\x00")
 	secretChecks.mu.Lock()
 	r, ok := secretChecks.m[key]
 	secretChecks.mu.Unlock()
 	if ok && r.resourceVersion == secret.ResourceVersion && (r.msg != "" || now.IsZero() || !now.After(r.notAfter)) {
-		return r.msg
+		return r.msg, r.notAfter
 	}
 	msg, notAfter := checkTLSSecret(secret, keys, hostsToServe, now)
 	secretChecks.mu.Lock()
@@ -94,7 +100,7 @@ func CheckTLSSecret(secret *corev1.Secret, keys SecretKeys, hostsToServe []strin
 	}
 	secretChecks.m[key] = checkResult{resourceVersion: secret.ResourceVersion, msg: msg, notAfter: notAfter}
 	secretChecks.mu.Unlock()
-	return msg
+	return msg, notAfter
 }
 
 // checkTLSSecret returns what is wrong with the Secret, and the leaf's

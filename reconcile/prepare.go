@@ -78,8 +78,11 @@ func runningEndpoints(o *etcdcluster.Observed) []string {
 // with on the next sync; a Secret that is missing or lacks a key gives
 // none, and the https members then fail to answer (the planner says why).
 func operatorCredentials(o *etcdcluster.Observed) *etcdclient.ClientTLS {
-	name := o.Cluster.Spec.TLS.OperatorSecret()
-	s, ok := o.Secrets[name]
+	name := o.Cluster.TLSSecrets().Operator
+	s, ok := o.SecretChildren[name]
+	if !ok {
+		s, ok = o.Secrets[name]
+	}
 	if name == "" || !ok {
 		return nil
 	}

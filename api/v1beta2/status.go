@@ -27,6 +27,9 @@ const (
 	// Upgrading: members run another version than the spec asks for, and
 	// the hook is moving them one at a time, or has stopped and says why.
 	ConditionUpgrading ConditionType = "Upgrading"
+	// CertificatesReady: with spec.TLS, every certificate is valid and,
+	// with spec.TLS.auto, renewed on time; False says which is not.
+	ConditionCertificatesReady ConditionType = "CertificatesReady"
 
 	// The kstatus conditions, which Flux, kubectl wait and Argo CD (with
 	// the Lua check in manifests/gitops) read: see docs/gitops.md ("GitOps
@@ -115,6 +118,38 @@ type ClusterStatus struct {
 	// Housekeeping is the housekeeping under way (spec.housekeeping).
 	// +optional
 	Housekeeping *HousekeepingStatus `json:"housekeeping,omitempty"`
+
+	// TLS reports the certificates the members and the hook use, with
+	// spec.TLS.
+	// +optional
+	TLS *TLSStatus `json:"TLS,omitempty"`
+}
+
+// TLSStatus is what the hook sees of the cluster's certificates.
+type TLSStatus struct {
+	// Certificates lists each certificate: the CAs and the leaves of
+	// spec.TLS.auto, or the leaves of the Secrets spec.TLS.static names.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Certificates []CertificateStatus `json:"certificates,omitempty"`
+	// CARotation says where a rotation of the CAs stands, while one runs.
+	// +optional
+	CARotation string `json:"caRotation,omitempty"`
+}
+
+// CertificateStatus is one certificate.
+type CertificateStatus struct {
+	// Name says which: peer-ca, client-ca, peer, server or operator.
+	Name string `json:"name"`
+	// Secret holds it.
+	Secret string `json:"secret"`
+	// NotAfter is when it expires.
+	NotAfter metav1.Time `json:"notAfter"`
+	// RenewAt is when the hook renews it; absent for a certificate the
+	// user issued (spec.TLS.static), which the user renews.
+	// +optional
+	RenewAt *metav1.Time `json:"renewAt,omitempty"`
 }
 
 // KnownBackup is a backup an EtcdBackup reports for this cluster.

@@ -137,7 +137,17 @@ func (k *EncryptionKey) validate(path *field.Path) field.ErrorList {
 // member that serves clients TLS and a hook without a client certificate
 // (or the reverse) could never talk.
 func (t *TLSPolicy) validate(path *field.Path) field.ErrorList {
-	if t == nil || t.Static == nil {
+	if t == nil {
+		return nil
+	}
+	if t.Auto != nil {
+		errs := t.Auto.validate(path.Child("auto"))
+		if t.Static != nil {
+			errs = append(errs, field.Forbidden(path.Child("auto"), "static and auto cannot be combined: static names Secrets you issue, auto has the hook issue them"))
+		}
+		return errs
+	}
+	if t.Static == nil {
 		return nil
 	}
 	var errs field.ErrorList
@@ -294,4 +304,17 @@ func (r *EtcdRestore) Source() RestoreSource {
 		return RestoreSource{PVC: r.Spec.PVC}
 	}
 	return RestoreSource{S3: r.Spec.S3}
+}
+
+// validate repeats the CRD's rules on spec.TLS.auto's durations.
+func (a *AutoTLS) validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	validity := a.LeafValidity()
+	if a.Validity != nil && a.Validity.Duration < MinCertValidity {
+		errs = append(errs, field.Invalid(path.Child("validity"), a.Validity.Duration.String(), "at least "+MinCertValidity.String()))
+	}
+	if r := a.RenewBefore; r != nil && (r.Duration < MinCertRenewBefore || r.Duration >= validity) {
+		errs = append(errs, field.Invalid(path.Child("renewBefore"), r.Duration.String(), "at least "+MinCertRenewBefore.String()+", and shorter than validity ("+validity.String()+")"))
+	}
+	return errs
 }

@@ -3,6 +3,7 @@ package v1beta2
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,19 @@ func TestValidate(t *testing.T) {
 		{"version not semver", "", func(c *EtcdCluster) { c.Spec.Version = "latest" }, []string{`spec.version: Invalid value: "latest": must be a semantic version such as "3.7.3"`}},
 		{"reserved label", "", func(c *EtcdCluster) { c.Spec.Pod = &PodPolicy{Labels: map[string]string{"etcd_node": "x"}} },
 			[]string{`spec.pod.labels[etcd_node]: Invalid value: "etcd_node": "app" and "etcd.database.coreos.com/serving" and labels starting with "etcd_" are reserved for the hook`}},
+		{"auto TLS with defaults", "spec.TLS.auto: {} is the one line", func(c *EtcdCluster) { c.Spec.TLS = &TLSPolicy{Auto: &AutoTLS{}} }, nil},
+		{"auto TLS of five minutes", "rotation must be testable", func(c *EtcdCluster) {
+			c.Spec.TLS = &TLSPolicy{Auto: &AutoTLS{Validity: &metav1.Duration{Duration: 5 * time.Minute}}}
+		}, nil},
+		{"auto TLS too short", "", func(c *EtcdCluster) {
+			c.Spec.TLS = &TLSPolicy{Auto: &AutoTLS{Validity: &metav1.Duration{Duration: 4 * time.Minute}}}
+		}, []string{`spec.TLS.auto.validity: Invalid value: "4m0s": at least 5m0s`}},
+		{"renewal not before expiry", "a certificate renewed no earlier than it expires is never renewed in time", func(c *EtcdCluster) {
+			c.Spec.TLS = &TLSPolicy{Auto: &AutoTLS{Validity: &metav1.Duration{Duration: 6 * time.Minute}, RenewBefore: &metav1.Duration{Duration: 6 * time.Minute}}}
+		}, []string{`spec.TLS.auto.renewBefore: Invalid value: "6m0s": at least 1m0s, and shorter than validity (6m0s)`}},
+		{"static and auto", "two issuers for one cluster", func(c *EtcdCluster) {
+			c.Spec.TLS = &TLSPolicy{Auto: &AutoTLS{}, Static: &StaticTLS{Member: &MemberSecret{PeerSecret: "p"}}}
+		}, []string{"spec.TLS.auto: Forbidden: static and auto cannot be combined: static names Secrets you issue, auto has the hook issue them"}},
 		{"name too long", "the client Service <name>-client must fit 63 characters", func(c *EtcdCluster) { c.Name = strings.Repeat("a", 57) },
 			[]string{"metadata.name: Too long: may not be more than 56 bytes"}},
 	}
@@ -51,5 +65,32 @@ func TestWithDefaults(t *testing.T) {
 	}
 	if d := (ClusterSpec{Size: 1}).WithDefaults(); d.Version != DefaultVersion || d.Repository != DefaultRepository {
 		t.Errorf("defaults not applied: %+v", d)
+	}
+}
+
+func TestAutoTLSDurations(t *testing.T) {
+	d := func(s string) *metav1.Duration {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &metav1.Duration{Duration: v}
+	}
+	tests := []struct {
+		name, reason                  string
+		auto                          *AutoTLS
+		validity, renewBefore, caLife time.Duration
+	}{
+		{"defaults", "a year, renewed a month ahead", &AutoTLS{}, 8760 * time.Hour, 720 * time.Hour, 17520 * time.Hour},
+		{"short validity", "a third of the validity when 720h would not fit", &AutoTLS{Validity: d("6m")}, 6 * time.Minute, 2 * time.Minute, 12 * time.Minute},
+		{"both set", "", &AutoTLS{Validity: d("6m"), RenewBefore: d("4m")}, 6 * time.Minute, 4 * time.Minute, 12 * time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := []time.Duration{tt.auto.LeafValidity(), tt.auto.RenewalLead(), tt.auto.CAValidity()}
+			if diff := cmp.Diff([]time.Duration{tt.validity, tt.renewBefore, tt.caLife}, got); diff != "" {
+				t.Errorf("%s: validity, renewBefore, CA validity (-want +got):\n%s", tt.reason, diff)
+			}
+		})
 	}
 }

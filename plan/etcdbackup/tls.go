@@ -44,7 +44,7 @@ func (p *planner) clientTLSFor(endpoints []string, cluster *v1beta2.EtcdCluster)
 		return &clientTLS{secret: name}, "", ""
 	}
 	if cluster != nil && cluster.Spec.TLS.IsSecureClient() {
-		if name := cluster.Spec.TLS.OperatorSecret(); name != "" {
+		if name := cluster.TLSSecrets().Operator; name != "" {
 			return &clientTLS{secret: name, optional: true}, "", ""
 		}
 	}

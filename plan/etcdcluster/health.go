@@ -168,7 +168,7 @@ func (p *planner) stalledBy(v statusView) (reason, message string) {
 func (p *planner) tlsSecretsOnlyMissing() bool {
 	missing := 0
 	for _, s := range p.tlsSecrets() {
-		secret, ok := p.o.Secrets[s.name]
+		secret, ok := p.secret(s.name)
 		switch {
 		case !ok:
 			missing++

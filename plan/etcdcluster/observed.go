@@ -50,6 +50,9 @@ type Observed struct {
 	// Secrets are the Secrets spec.TLS names, by name, as the customize
 	// hook relates them (see tls.go).
 	Secrets map[string]*corev1.Secret
+	// SecretChildren are the Secrets the hook renders, by name: the CAs
+	// and certificates of spec.TLS.auto (see autotls.go).
+	SecretChildren map[string]*corev1.Secret
 	// AgentImage is this project's image, which fetches and checks the
 	// snapshot in a restored cluster's seed.
 	AgentImage string

@@ -71,6 +71,9 @@ type planner struct {
 	// ownChildren is set once o's Pods and claims are the planner's own
 	// copies; see editChildren.
 	ownChildren bool
+	// certs is what this sync renders of spec.TLS.auto; nil without it,
+	// or when the sync is frozen before it is planned.
+	certs *certificates
 	// firstSeed is SeedName of the cluster's first seed, once computed:
 	// a plan asks for it several times, and it is a SHA-256.
 	firstSeed string
@@ -92,6 +95,8 @@ func Plan(observed *Observed) (d Decision) {
 	defer func() {
 		if !o.Finalizing {
 			p.withHealth(&d.Status)
+			d.Children = append(d.Children, p.secretChildren()...)
+			p.wakeForCertificates(&d)
 		}
 	}()
 	switch {
@@ -102,6 +107,18 @@ func Plan(observed *Observed) (d Decision) {
 	}
 	if msg := p.tlsChangeRefused(); msg != "" {
 		return p.frozen(ReasonTLSChangeRefused, msg+"; the cluster is left as it is")
+	}
+	if p.spec.TLS.IsAuto() {
+		// Renewed in place even while paused: a certificate left to
+		// expire would stop the cluster. A CA rotation waits, as every
+		// rollout does.
+		p.certs = p.planCertificates()
+		switch {
+		case p.certs.problem != "":
+			return p.frozen(p.certs.problem, p.certs.problemMessage+"; so the cluster is left as it is")
+		case !p.certs.ready:
+			return p.held(ReasonCertificatesIssuing, "issuing the cluster's certificates (spec.TLS.auto) before any member uses them")
+		}
 	}
 	if problems := p.tlsSecretProblems(); len(problems) > 0 {
 		return p.frozen(ReasonTLSSecretInvalid, strings.Join(problems, "; ")+"; so the cluster is left as it is")
@@ -140,7 +157,7 @@ func (p *planner) editChildren() {
 // touched: the whole cluster is going away.
 func (p *planner) finalize() Decision {
 	o := p.o
-	remaining := len(o.Pods) + len(o.Services) + len(o.PVCs) + len(o.PDBs)
+	remaining := len(o.Pods) + len(o.Services) + len(o.PVCs) + len(o.PDBs) + len(o.SecretChildren)
 	st := o.Cluster.Status
 	st.ObservedGeneration = o.Cluster.Generation
 	st.Reason = fmt.Sprintf("deleting: %d children left", remaining)
@@ -154,6 +171,32 @@ func (p *planner) finalize() Decision {
 // frozen keeps every observed child exactly as it was last applied and
 // makes no membership change; status still reports what is observed.
 func (p *planner) frozen(reason, message string) Decision {
+	r := p.observe()
+	r.reason = message
+	r.progressing = conditionFalse(reason, message)
+	if reason == ReasonVersionSkew {
+		r.upgrading = conditionFalse(reason, message)
+	}
+	if reason == ReasonPaused {
+		r.paused = true
+	} else {
+		r.problems = append([]problem{{reason, message}}, r.problems...)
+	}
+	return Decision{Children: p.keptChildren(), Status: p.status(r)}
+}
+
+// held keeps every child as frozen does, while the hook itself moves
+// toward the spec: a step of its own, not a problem.
+func (p *planner) held(reason, message string) Decision {
+	r := p.observe()
+	r.reason = message
+	r.progressing = conditionTrue(reason, message)
+	return Decision{Children: p.keptChildren(), Status: p.status(r), ResyncAfter: resyncWaiting}
+}
+
+// keptChildren are the observed Pods, Services, claims and budgets, each
+// exactly as it was last applied.
+func (p *planner) keptChildren() []plan.Child {
 	o := p.o
 	var children []plan.Child
 	for _, pod := range o.Pods {
@@ -169,19 +212,7 @@ func (p *planner) frozen(reason, message string) Decision {
 		children = append(children, plan.Keep(plan.KindPDB, b.Name, b.Annotations, func() any { return b }))
 	}
 	plan.SortChildren(children)
-
-	r := p.observe()
-	r.reason = message
-	r.progressing = conditionFalse(reason, message)
-	if reason == ReasonVersionSkew {
-		r.upgrading = conditionFalse(reason, message)
-	}
-	if reason == ReasonPaused {
-		r.paused = true
-	} else {
-		r.problems = append([]problem{{reason, message}}, r.problems...)
-	}
-	return Decision{Children: children, Status: p.status(r)}
+	return children
 }
 
 // planCurrent plans the cluster the bootstrap record names.

@@ -42,6 +42,8 @@ type memberPodInput struct {
 	state          string
 	// seed and token name the etcd cluster the member belongs to.
 	seed, token string
+	// trust is AnnotationTrustedCA, with spec.TLS.auto.
+	trust string
 	// serving: the member may take client traffic from its first start
 	// (see serving.go).
 	serving bool
@@ -51,7 +53,7 @@ type memberPodInput struct {
 func (p *planner) memberPod(name, initialCluster, state string) *corev1.Pod {
 	in := memberPodInput{
 		cluster: p.o.Cluster, spec: p.spec, name: name, initialCluster: initialCluster, state: state,
-		seed: p.seed(), token: p.clusterToken(), serving: p.serving[name],
+		seed: p.seed(), token: p.clusterToken(), serving: p.serving[name], trust: p.trustMarker(),
 	}
 	pod := renderMemberPod(in)
 	// A member a restore started restores again whenever it is rendered
@@ -99,6 +101,9 @@ func renderMemberPod(in memberPodInput) *corev1.Pod {
 	annotations[AnnotationVersion] = spec.Version
 	annotations[AnnotationSeedMember] = in.seed
 	annotations[AnnotationPodSpecHash] = podSpecHash(spec)
+	if in.trust != "" {
+		annotations[AnnotationTrustedCA] = in.trust
+	}
 
 	container := corev1.Container{
 		Name:    "etcd",
@@ -143,7 +148,7 @@ func renderMemberPod(in memberPodInput) *corev1.Pod {
 			Affinity:           affinityFor(c.Name, policy),
 		},
 	}
-	addTLS(pod, spec.TLS)
+	addTLS(pod, c.TLSSecrets())
 	if policy != nil {
 		pod.Spec.NodeSelector = policy.NodeSelector
 		pod.Spec.Tolerations = policy.Tolerations

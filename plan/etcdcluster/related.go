@@ -27,7 +27,7 @@ func Related(c *v1beta2.EtcdCluster) []plan.RelatedResource {
 		{APIVersion: v1beta2.APIVersion, Resource: "etcdrestores", Namespace: c.Namespace, Names: []string{c.Name}},
 		{APIVersion: v1beta2.APIVersion, Resource: "etcdbackups", LabelSelector: &metav1.LabelSelector{}},
 	}
-	if names := relatedSecretNames(c.Spec.TLS); len(names) > 0 {
+	if names := relatedSecretNames(c); len(names) > 0 {
 		out = append(out, plan.RelatedResource{APIVersion: "v1", Resource: "secrets", Namespace: c.Namespace, Names: names})
 	}
 	return out

@@ -109,7 +109,7 @@ func (p *planner) restoreSeedPod(seed string, req *restoreRequest) *corev1.Pod {
 	in := memberPodInput{
 		cluster: c, spec: p.spec, name: seed,
 		initialCluster: p.restoreInitialCluster(members),
-		state:          "new", seed: seed, token: token,
+		state:          "new", seed: seed, token: token, trust: p.trustMarker(),
 	}
 	pod := renderMemberPod(in)
 	p.addRestoreSteps(pod, in, req.source, req.id, p.replacedRevision())

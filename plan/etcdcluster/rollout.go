@@ -127,7 +127,7 @@ func (p *planner) outdated(pod *corev1.Pod) bool {
 		return false
 	}
 	h := pod.Annotations[AnnotationPodSpecHash]
-	return h != "" && h != p.podHash()
+	return h != "" && (h != p.podHash() || p.distrusting(pod))
 }
 
 func (p *planner) podHash() string {

@@ -147,6 +147,7 @@ func (p *planner) status(r observation) v1beta2.ClusterStatus {
 		NewestBackup:       p.newest,
 		Housekeeping:       p.housekeepingRecord(),
 	}
+	st.TLS = p.tlsStatus()
 	if rs := p.restoreStatus; rs != nil && rs.Phase == v1beta2.RestoreRestoring && p.rec != nil && p.rec.Restore != nil &&
 		p.rec.Restore.Request == rs.Request && r.phase == v1beta2.PhaseRunning && len(r.ready) == p.spec.Size && r.size == p.spec.Size {
 		done := *rs
@@ -156,7 +157,7 @@ func (p *planner) status(r observation) v1beta2.ClusterStatus {
 		r.progressing = conditionTrue(ReasonRestoring, rs.Message)
 	}
 	// Room for the kstatus conditions that health.go appends.
-	st.Conditions = make([]v1beta2.ClusterCondition, 0, 7)
+	st.Conditions = make([]v1beta2.ClusterCondition, 0, 8)
 	for _, cc := range []struct {
 		t v1beta2.ConditionType
 		c condition
@@ -167,6 +168,9 @@ func (p *planner) status(r observation) v1beta2.ClusterStatus {
 		{v1beta2.ConditionUpgrading, r.upgrading},
 	} {
 		st.Conditions = append(st.Conditions, p.condition(cc.t, cc.c))
+	}
+	if c, ok := p.certificatesCondition(&st); ok {
+		st.Conditions = append(st.Conditions, p.condition(v1beta2.ConditionCertificatesReady, c))
 	}
 	return st
 }

@@ -59,12 +59,12 @@ type memberSecret struct {
 }
 
 // addTLS mounts the member Secrets and points etcd at them.
-func addTLS(pod *corev1.Pod, policy *v1beta2.TLSPolicy) {
+func addTLS(pod *corev1.Pod, names v1beta2.TLSSecretNames) {
 	ctr := &pod.Spec.Containers[0]
 	for _, m := range []struct {
 		memberSecret
 		name string
-	}{{peerTLS, policy.PeerSecret()}, {serverTLS, policy.ServerSecret()}} {
+	}{{peerTLS, names.Peer}, {serverTLS, names.Server}} {
 		if m.name == "" {
 			continue
 		}
@@ -122,7 +122,8 @@ func observedPodTLS(pod *corev1.Pod) podTLS {
 // roll; rather than risk a running cluster, the change is refused and the
 // cluster left as it is until the spec matches it again (see the README).
 func (p *planner) tlsChangeRefused() string {
-	want := podTLS{peer: p.spec.TLS.PeerSecret(), server: p.spec.TLS.ServerSecret()}
+	names := p.o.Cluster.TLSSecrets()
+	want := podTLS{peer: names.Peer, server: names.Server}
 	for _, name := range sorted(keysOf(p.o.Pods)) {
 		pod := p.o.Pods[name]
 		got := observedPodTLS(pod)
@@ -136,6 +137,9 @@ func (p *planner) tlsChangeRefused() string {
 		case want == podTLS{}:
 			return fmt.Sprintf("member %s serves %s, and spec.TLS asks for none: TLS cannot be turned off for a running cluster. "+
 				"Put spec.TLS back to go on as before", name, got)
+		case p.spec.TLS.IsAuto():
+			return fmt.Sprintf("member %s serves %s, and spec.TLS.auto asks for %s: a running cluster cannot be moved from spec.TLS.static to spec.TLS.auto yet. "+
+				"Put spec.TLS.static back to go on as before", name, got, want)
 		default:
 			return fmt.Sprintf("member %s serves %s, and spec.TLS asks for %s: a running member's Secrets cannot be swapped. "+
 				"Put spec.TLS back, and rotate certificates by updating the Secrets in place", name, got, want)
@@ -162,17 +166,18 @@ type namedSecret struct {
 }
 
 func (p *planner) tlsSecrets() []namedSecret {
-	t, c := p.spec.TLS, p.o.Cluster
-	if t.PeerSecret() == "" && t.ServerSecret() == "" && t.OperatorSecret() == "" {
+	c := p.o.Cluster
+	t := c.TLSSecrets()
+	if t.Peer == "" && t.Server == "" && t.Operator == "" {
 		return nil
 	}
 	// Any member's name stands for all: the README asks for a wildcard.
 	member := []string{plan.MemberHost(c.Name+"-"+strings.Repeat("x", SuffixLength), c.Name, c.Namespace, p.spec.Pod.ClusterDomainSuffix())}
 	var out []namedSecret
 	for _, s := range []namedSecret{
-		{peerTLS.SecretKeys, t.PeerSecret(), member},
-		{serverTLS.SecretKeys, t.ServerSecret(), member},
-		{plan.OperatorKeys, t.OperatorSecret(), nil},
+		{peerTLS.SecretKeys, t.Peer, member},
+		{serverTLS.SecretKeys, t.Server, member},
+		{plan.OperatorKeys, t.Operator, nil},
 	} {
 		if s.name != "" {
 			out = append(out, s)
@@ -189,7 +194,7 @@ func (p *planner) tlsSecrets() []namedSecret {
 func (p *planner) tlsSecretProblems() []string {
 	var out []string
 	for _, s := range p.tlsSecrets() {
-		secret, ok := p.o.Secrets[s.name]
+		secret, ok := p.secret(s.name)
 		if !ok {
 			out = append(out, fmt.Sprintf("Secret %q (%s) not found in namespace %s (the cluster's customize hook relates it; is the CompositeController's customize hook set?)",
 				s.name, s.Field, p.o.Cluster.Namespace))
@@ -202,10 +207,40 @@ func (p *planner) tlsSecretProblems() []string {
 	return out
 }
 
-// relatedSecretNames are the Secrets an EtcdCluster's sync needs to see.
-func relatedSecretNames(t *v1beta2.TLSPolicy) []string {
+// secret is the Secret of that name the request carries: a child (the
+// Secrets of spec.TLS.auto), else a related object (spec.TLS.static's).
+func (p *planner) secret(name string) (*corev1.Secret, bool) {
+	if s, ok := p.o.SecretChildren[name]; ok {
+		return s, true
+	}
+	s, ok := p.o.Secrets[name]
+	return s, ok
+}
+
+// trustMarker is AnnotationTrustedCA of a member Pod rendered now; "" but
+// with spec.TLS.auto.
+func (p *planner) trustMarker() string {
+	if p.certs == nil {
+		return ""
+	}
+	return p.certs.trust
+}
+
+// distrusting: the member's etcd was started before the CA it must trust
+// was made, so only a new Pod gets it to trust that CA.
+func (p *planner) distrusting(pod *corev1.Pod) bool {
+	want := p.trustMarker()
+	return want != "" && pod.Annotations[AnnotationTrustedCA] != want
+}
+
+// relatedSecretNames are the Secrets an EtcdCluster's sync needs to see:
+// spec.TLS.static's, or the names spec.TLS.auto renders Secrets under (a
+// Secret of that name that is not the cluster's child is reported, rather
+// than fought over).
+func relatedSecretNames(c *v1beta2.EtcdCluster) []string {
+	t := c.TLSSecrets()
 	var names []string
-	for _, n := range []string{t.PeerSecret(), t.ServerSecret(), t.OperatorSecret()} {
+	for _, n := range []string{t.CA, t.Peer, t.Server, t.Operator} {
 		if n != "" && !slices.Contains(names, n) {
 			names = append(names, n)
 		}

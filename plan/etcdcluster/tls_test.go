@@ -205,7 +205,7 @@ func TestTLSSecretProblemsFreezeTheCluster(t *testing.T) {
 		c.Status.Phase = v1beta2.PhaseRunning
 		pods := []*corev1.Pod{readyPod(name(0)), readyPod(name(1))}
 		for _, p := range pods {
-			addTLS(p, c.Spec.TLS)
+			addTLS(p, c.TLSSecrets())
 		}
 		o := observed(c, pods...)
 		o.Membership = memberList(1, member(1, name(0)), member(2, name(1)))
@@ -256,7 +256,7 @@ func TestTLSChangeIsRefused(t *testing.T) {
 	tlsPods := func(policy *v1beta2.TLSPolicy) []*corev1.Pod {
 		pods := plainPods()
 		for _, p := range pods {
-			addTLS(p, policy)
+			addTLS(p, (&v1beta2.EtcdCluster{Spec: v1beta2.ClusterSpec{TLS: policy}}).TLSSecrets())
 		}
 		return pods
 	}

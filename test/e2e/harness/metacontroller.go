@@ -31,6 +31,7 @@ func DefaultChildTypes() []ChildType {
 		{APIVersion: "v1", Kind: "Service", Resource: "services", UpdateMethod: "InPlace"},
 		{APIVersion: "v1", Kind: "PersistentVolumeClaim", Resource: "persistentvolumeclaims", UpdateMethod: "OnDelete"},
 		{APIVersion: "policy/v1", Kind: "PodDisruptionBudget", Resource: "poddisruptionbudgets", UpdateMethod: "InPlace"},
+		{APIVersion: "v1", Kind: "Secret", Resource: "secrets", UpdateMethod: "InPlace"},
 	}
 }
 

@@ -1,0 +1,403 @@
+package etcdcluster
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/internal/pki"
+	"github.com/etcdhook/etcd-hook/plan"
+)
+
+// spec.TLS.auto: the hook is the cluster's certificate authority, with no
+// state of its own. Everything it issued is in the EtcdCluster's Secret
+// children, which Metacontroller sends back in every request:
+//
+//   - <cluster>-ca holds two CAs, one for peers and one for clients and
+//     servers, so that no client certificate is accepted on the peer port;
+//   - <cluster>-peer-tls, <cluster>-server-tls and <cluster>-operator-tls
+//     hold the leaves, in the CoreOS Secrets' shape.
+//
+// A certificate is made only when its Secret is absent, or when it is due
+// for renewal (or not signed by the current CA). Otherwise the observed
+// Secret is answered unchanged, so syncs are idempotent.
+//
+// No two CAs for one cluster. A leaf is only ever signed by a CA the
+// request carried back from the API server, never by one made in the same
+// sync: a sync that makes a CA renders the CA Secret alone. Two syncs that
+// both saw no CA (a cache that lags) both answer a create; the API server
+// takes the first, and Metacontroller's second create fails with
+// AlreadyExists. A CA added to an existing Secret (a rotation) is an update
+// carrying the observed resourceVersion, so a stale one fails with a
+// conflict. Whatever the race, the CA that leaves are signed with is the
+// one the API server holds.
+//
+// Rotation. etcd reads its leaf files on every handshake, so a leaf is
+// re-issued in place and no member restarts. It loads the files of trusted
+// CAs once, at start (etcd-io/etcd#11555), so a new CA goes in three steps:
+//  1. the CA is due (renewBefore ahead of its expiry): a new CA pair is made
+//     and added to <cluster>-ca as next;
+//  2. the trust bundles in the leaf Secrets hold both CAs, and each member
+//     Pod carries AnnotationTrustedCA of the newest CA it trusts: members
+//     whose Pod trusts less roll, through the quorum-safe rollout;
+//  3. once every member Pod trusts the new CA and is ready, it becomes the
+//     signing CA and every leaf is re-issued under it, in place. The old CA
+//     stays in the bundles, which trust it, until it expires: a member may
+//     serve its old leaf until the kubelet refreshes its files, and once
+//     expired the old CA verifies nothing anyway.
+
+// AnnotationTrustedCA on a member Pod is the fingerprint of the newest CA
+// its etcd was started trusting.
+const AnnotationTrustedCA = v1beta2.Group + "/trusted-ca"
+
+// AnnotationRotateCA on an EtcdCluster asks for new CAs now, through the
+// same steps as an expiring CA's: a key believed exposed, or a policy's
+// schedule. Any new value asks once; the CA Secret records the value it
+// was made for (AnnotationCAMadeFor), so an annotation left in place (in
+// Git, say) never rotates again.
+const AnnotationRotateCA = v1beta2.Group + "/rotate-ca"
+
+// AnnotationCAMadeFor on the CA Secret is the AnnotationRotateCA value the
+// newest CA was made for.
+const AnnotationCAMadeFor = v1beta2.Group + "/ca-made-for"
+
+// Keys of the CA Secret. next- and old- prefix the CA being brought in,
+// and the one on its way out (kept for trust only, without its key).
+const (
+	caPeerCert   = "peer-ca.crt"
+	caPeerKey    = "peer-ca.key"
+	caClientCert = "client-ca.crt"
+	caClientKey  = "client-ca.key"
+	nextCA       = "next-"
+	oldCA        = "old-"
+)
+
+// Reasons of CertificatesReady.
+const (
+	ReasonCertificatesValid   = "CertificatesValid"
+	ReasonCertificatesIssuing = "CertificatesIssuing"
+	ReasonRotatingCA          = "RotatingCA"
+	ReasonRenewalOverdue      = "RenewalOverdue"
+	ReasonCertificateExpiring = "CertificateExpiring"
+	ReasonCASecretInvalid     = "CASecretInvalid"
+	ReasonTLSSecretTaken      = "TLSSecretTaken"
+)
+
+// caPair is one generation of the two CAs.
+type caPair struct{ peer, client *pki.KeyPair }
+
+func (c *caPair) notAfter() time.Time {
+	if c.client.Cert.NotAfter.Before(c.peer.Cert.NotAfter) {
+		return c.client.Cert.NotAfter
+	}
+	return c.peer.Cert.NotAfter
+}
+
+func (c *caPair) canSign() bool { return c.peer.CanSign() && c.client.CanSign() }
+
+// fingerprint names the generation: its peer CA's fingerprint.
+func (c *caPair) fingerprint() string { return c.peer.Fingerprint() }
+
+// authority is the CA Secret as observed: the signing pair, the one being
+// brought in, and the one on its way out.
+type authority struct {
+	cur, next, old *caPair
+	// madeFor is AnnotationCAMadeFor.
+	madeFor string
+}
+
+// certificates is what this sync answers for spec.TLS.auto.
+type certificates struct {
+	names v1beta2.TLSSecretNames
+	// secrets are the Secret children, rendered.
+	secrets []*corev1.Secret
+	// ready: every Secret a member mounts is observed, so members may run.
+	ready bool
+	// trust is AnnotationTrustedCA of a member Pod rendered now.
+	trust    string
+	status   []v1beta2.CertificateStatus
+	rotation string
+	// problem stops the cluster where it is (reason, message).
+	problem, problemMessage string
+	// overdue names certificates past their renewal.
+	overdue []string
+	// wake is the next moment something is due.
+	wake time.Time
+}
+
+// planCertificates decides the Secret children of spec.TLS.auto.
+func (p *planner) planCertificates() *certificates {
+	c := p.o.Cluster
+	cs := &certificates{names: c.TLSSecrets()}
+	for _, name := range []string{cs.names.CA, cs.names.Peer, cs.names.Server, cs.names.Operator} {
+		if s, ok := p.o.Secrets[name]; ok && !p.ownSecret(s) {
+			cs.problem, cs.problemMessage = ReasonTLSSecretTaken, fmt.Sprintf("Secret %q exists in namespace %s and is not this cluster's: spec.TLS.auto renders Secrets of that name; rename or delete it", name, c.Namespace)
+			return cs
+		}
+	}
+	auth, err := p.observedAuthority(cs.names)
+	if err != nil {
+		cs.problem, cs.problemMessage = ReasonCASecretInvalid, err.Error()
+		return cs
+	}
+	now, auto := p.o.Now, p.spec.TLS.Auto
+	lead := auto.RenewalLead()
+	if auth == nil {
+		// The first CAs. Nothing is signed with them before they come
+		// back from the API server.
+		pair, err := newCAPair(c, now, now.Add(auto.CAValidity()))
+		if err != nil {
+			cs.problem, cs.problemMessage = ReasonCASecretInvalid, err.Error()
+			return cs
+		}
+		cs.secrets = []*corev1.Secret{p.caSecret(cs.names.CA, &authority{cur: pair, madeFor: p.rotateRequest()})}
+		return cs
+	}
+	switch {
+	case auth.next == nil && (!auth.cur.canSign() || !now.Before(auth.cur.notAfter().Add(-lead)) || p.rotateRequest() != auth.madeFor):
+		next, err := newCAPair(c, now, now.Add(auto.CAValidity()))
+		if err != nil {
+			cs.problem, cs.problemMessage = ReasonCASecretInvalid, err.Error()
+			return cs
+		}
+		// Only the CA Secret changes: the bundles take the new CA once it
+		// is observed.
+		nextAuth := *auth
+		nextAuth.next, nextAuth.madeFor = next, p.rotateRequest()
+		cs.secrets = append(cs.secrets, p.caSecret(cs.names.CA, &nextAuth))
+		cs.trust = auth.cur.fingerprint()
+		cs.rotation = "a new CA is made; the members will be restarted one at a time to trust it"
+		p.keepLeafSecrets(cs)
+		p.certificateStatus(cs, auth, lead)
+		return cs
+	case auth.next != nil && p.everyMemberTrusts(auth.next.fingerprint()):
+		auth = &authority{cur: auth.next, old: trustOnly(auth.cur), madeFor: auth.madeFor}
+	}
+	if auth.old != nil && !now.Before(auth.old.notAfter()) {
+		auth.old = nil
+	}
+	newest := auth.cur
+	if auth.next != nil {
+		newest = auth.next
+		cs.rotation = fmt.Sprintf("members are restarted one at a time to trust the new CA (%s); then every certificate is re-issued under it", newest.fingerprint())
+	}
+	cs.trust = newest.fingerprint()
+	cs.secrets = append(cs.secrets, p.caSecret(cs.names.CA, auth))
+	cs.ready = true
+	for _, leaf := range p.leafSpecs(cs.names, auth) {
+		s, err := p.renderLeaf(leaf, auth, lead)
+		if err != nil {
+			cs.problem, cs.problemMessage = ReasonCASecretInvalid, err.Error()
+			return cs
+		}
+		if _, observed := p.o.SecretChildren[leaf.secret]; !observed {
+			cs.ready = false
+		}
+		cs.secrets = append(cs.secrets, s)
+	}
+	p.certificateStatus(cs, auth, lead)
+	return cs
+}
+
+// ownSecret: a Secret this cluster's hook rendered: a child, or one whose
+// controller is the cluster (the request's children may lag a create
+// the related objects already show).
+func (p *planner) ownSecret(s *corev1.Secret) bool {
+	if _, ok := p.o.SecretChildren[s.Name]; ok {
+		return true
+	}
+	ref := metav1.GetControllerOf(s)
+	return ref != nil && ref.UID == p.o.Cluster.UID && p.o.Cluster.UID != ""
+}
+
+// everyMemberTrusts: every member Pod was started trusting the CA and
+// serves, and none is on its way out.
+func (p *planner) everyMemberTrusts(fingerprint string) bool {
+	for _, pod := range p.o.Pods {
+		if pod.DeletionTimestamp != nil || pod.Annotations[AnnotationTrustedCA] != fingerprint || !podReady(pod) {
+			return false
+		}
+	}
+	return true
+}
+
+// observedAuthority reads the CA Secret; nil when there is none. With
+// none while leaf Secrets exist (someone deleted it), the CAs the members
+// trust are read from the leaf Secrets' bundles, without their keys: a
+// CA rotation then follows, as for an expiring CA.
+func (p *planner) observedAuthority(names v1beta2.TLSSecretNames) (*authority, error) {
+	s, ok := p.o.SecretChildren[names.CA]
+	if !ok {
+		peer, server := p.o.SecretChildren[names.Peer], p.o.SecretChildren[names.Server]
+		if peer == nil || server == nil {
+			return nil, nil
+		}
+		pair, err := parsePair(peer, v1beta2.PeerCAKey, "", server, v1beta2.ServerCAKey, "")
+		if err != nil {
+			return nil, fmt.Errorf("Secret %q is gone, and the CAs the members trust cannot be read from their Secrets: %w", names.CA, err)
+		}
+		// Made for whatever is asked now: only a lost key rotates.
+		return &authority{cur: pair, madeFor: p.rotateRequest()}, nil
+	}
+	cur, err := parsePair(s, caPeerCert, caPeerKey, s, caClientCert, caClientKey)
+	if err != nil {
+		return nil, fmt.Errorf("Secret %q: %w; delete it to have the CAs made again (the members then restart, one at a time, to trust the new ones)", names.CA, err)
+	}
+	auth := &authority{cur: cur, madeFor: s.Annotations[AnnotationCAMadeFor]}
+	if len(s.Data[nextCA+caPeerCert]) > 0 {
+		if auth.next, err = parsePair(s, nextCA+caPeerCert, nextCA+caPeerKey, s, nextCA+caClientCert, nextCA+caClientKey); err != nil {
+			return nil, fmt.Errorf("Secret %q, the CA being brought in: %w", names.CA, err)
+		}
+	}
+	if len(s.Data[oldCA+caPeerCert]) > 0 {
+		if auth.old, err = parsePair(s, oldCA+caPeerCert, "", s, oldCA+caClientCert, ""); err != nil {
+			return nil, fmt.Errorf("Secret %q, the CA on its way out: %w", names.CA, err)
+		}
+	}
+	return auth, nil
+}
+
+func parsePair(peerSecret *corev1.Secret, peerCert, peerKey string, clientSecret *corev1.Secret, clientCert, clientKey string) (*caPair, error) {
+	peer, err := parseCA(peerSecret, peerCert, peerKey)
+	if err != nil {
+		return nil, err
+	}
+	client, err := parseCA(clientSecret, clientCert, clientKey)
+	if err != nil {
+		return nil, err
+	}
+	return &caPair{peer: peer, client: client}, nil
+}
+
+func parseCA(s *corev1.Secret, certKey, keyKey string) (*pki.KeyPair, error) {
+	var key []byte
+	if keyKey != "" {
+		if key = plan.SecretValue(s, keyKey); len(key) == 0 {
+			return nil, fmt.Errorf("key %q is missing", keyKey)
+		}
+	}
+	k, err := cachedKeyPair(s, certKey, keyKey)
+	if err != nil {
+		return nil, fmt.Errorf("key %q: %w", certKey, err)
+	}
+	return k, nil
+}
+
+func trustOnly(c *caPair) *caPair {
+	return &caPair{peer: &pki.KeyPair{Cert: c.peer.Cert, CertPEM: c.peer.CertPEM}, client: &pki.KeyPair{Cert: c.client.Cert, CertPEM: c.client.CertPEM}}
+}
+
+func newCAPair(c *v1beta2.EtcdCluster, now, notAfter time.Time) (*caPair, error) {
+	stamp := now.UTC().Format(time.RFC3339)
+	peer, err := pki.NewCA(fmt.Sprintf("%s/%s peer CA %s", c.Namespace, c.Name, stamp), now, notAfter)
+	if err != nil {
+		return nil, err
+	}
+	client, err := pki.NewCA(fmt.Sprintf("%s/%s client CA %s", c.Namespace, c.Name, stamp), now, notAfter)
+	if err != nil {
+		return nil, err
+	}
+	return &caPair{peer: peer, client: client}, nil
+}
+
+// caSecret renders the CA Secret of an authority.
+func (p *planner) caSecret(name string, a *authority) *corev1.Secret {
+	data := map[string][]byte{caPeerCert: a.cur.peer.CertPEM, caClientCert: a.cur.client.CertPEM}
+	if a.cur.canSign() {
+		data[caPeerKey], data[caClientKey] = a.cur.peer.KeyPEM, a.cur.client.KeyPEM
+	}
+	if n := a.next; n != nil {
+		data[nextCA+caPeerCert], data[nextCA+caPeerKey] = n.peer.CertPEM, n.peer.KeyPEM
+		data[nextCA+caClientCert], data[nextCA+caClientKey] = n.client.CertPEM, n.client.KeyPEM
+	}
+	if o := a.old; o != nil {
+		data[oldCA+caPeerCert], data[oldCA+caClientCert] = o.peer.CertPEM, o.client.CertPEM
+	}
+	s := p.secretChild(name, data)
+	if a.madeFor != "" {
+		s.Annotations = map[string]string{AnnotationCAMadeFor: a.madeFor}
+	}
+	return s
+}
+
+// rotateRequest is AnnotationRotateCA's value.
+func (p *planner) rotateRequest() string { return p.o.Cluster.Annotations[AnnotationRotateCA] }
+
+func (p *planner) secretChild(name string, data map[string][]byte) *corev1.Secret {
+	c := p.o.Cluster
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: selectorLabels(c.Name)},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       data,
+	}
+}
+
+// keepLeafSecrets answers the observed leaf Secrets as they are.
+func (p *planner) keepLeafSecrets(cs *certificates) {
+	cs.ready = true
+	for _, name := range []string{cs.names.Peer, cs.names.Server, cs.names.Operator} {
+		s, ok := p.o.SecretChildren[name]
+		if !ok {
+			cs.ready = false
+			continue
+		}
+		cs.secrets = append(cs.secrets, p.secretChild(name, s.Data))
+	}
+}
+
+// certificateStatus lists the certificates as rendered, and what is due.
+func (p *planner) certificateStatus(cs *certificates, a *authority, lead time.Duration) {
+	now := p.o.Now
+	add := func(name, secret string, notAfter time.Time) {
+		renew := notAfter.Add(-lead)
+		cs.status = append(cs.status, v1beta2.CertificateStatus{Name: name, Secret: secret, NotAfter: metav1.NewTime(notAfter), RenewAt: &metav1.Time{Time: renew}})
+		if now.After(renew.Add(overdueAfter(lead))) {
+			cs.overdue = append(cs.overdue, fmt.Sprintf("%s (Secret %q) was due for renewal at %s and expires at %s", name, secret, renew.Format(time.RFC3339), notAfter.Format(time.RFC3339)))
+		}
+		if renew.After(now) && (cs.wake.IsZero() || renew.Before(cs.wake)) {
+			cs.wake = renew
+		}
+	}
+	add("peer-ca", cs.names.CA, a.cur.peer.Cert.NotAfter)
+	add("client-ca", cs.names.CA, a.cur.client.Cert.NotAfter)
+	if a.old != nil && (cs.wake.IsZero() || a.old.notAfter().Before(cs.wake)) {
+		cs.wake = a.old.notAfter()
+	}
+	for _, s := range cs.secrets {
+		for _, k := range []struct{ name, key string }{{"peer", v1beta2.PeerCertKey}, {"server", v1beta2.ServerCertKey}, {"operator", v1beta2.ClientCertKey}} {
+			if pem := s.Data[k.key]; len(pem) > 0 {
+				if leaf, err := cachedKeyPair(s, k.key, ""); err == nil {
+					add(k.name, s.Name, leaf.Cert.NotAfter)
+				}
+			}
+		}
+	}
+}
+
+// overdueAfter is how long past its renewal a certificate may go before
+// CertificatesReady says so: long enough for a CA rotation's restarts.
+func overdueAfter(lead time.Duration) time.Duration { return min(10*time.Minute, lead/2) }
+
+// certificatesCondition is CertificatesReady for spec.TLS.auto.
+func (cs *certificates) condition() condition {
+	switch {
+	case cs.problem != "":
+		return conditionFalse(cs.problem, cs.problemMessage)
+	case len(cs.overdue) > 0:
+		msg := "not renewed in time: " + strings.Join(cs.overdue, "; ")
+		if cs.rotation != "" {
+			msg += "; " + cs.rotation
+		}
+		return conditionFalse(ReasonRenewalOverdue, msg)
+	case !cs.ready:
+		return conditionFalse(ReasonCertificatesIssuing, "issuing the cluster's CAs and certificates (spec.TLS.auto)")
+	case cs.rotation != "":
+		return conditionTrue(ReasonRotatingCA, "every certificate is valid; "+cs.rotation)
+	}
+	return conditionTrue(ReasonCertificatesValid, "every certificate is valid and renewed before it expires")
+}

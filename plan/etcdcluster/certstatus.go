@@ -1,0 +1,122 @@
+package etcdcluster
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/plan"
+)
+
+// What status says of the certificates: status.TLS and CertificatesReady,
+// for spec.TLS.auto (see autotls.go) and for spec.TLS.static, whose
+// certificates the user renews.
+
+// ExpiryWarning is how close to its expiry a certificate the user renews
+// turns CertificatesReady False, as the alert on it fires.
+const ExpiryWarning = 7 * 24 * time.Hour
+
+// tlsStatus is status.TLS: the certificates as rendered (auto) or as the
+// named Secrets hold them (static).
+func (p *planner) tlsStatus() *v1beta2.TLSStatus {
+	switch {
+	case p.spec.TLS == nil || (p.spec.TLS.Auto == nil && p.spec.TLS.Static == nil):
+		return nil
+	case p.certs != nil && len(p.certs.status) > 0:
+		return &v1beta2.TLSStatus{Certificates: p.certs.status, CARotation: p.certs.rotation}
+	case p.spec.TLS.IsAuto():
+		return p.o.Cluster.Status.TLS
+	}
+	var certs []v1beta2.CertificateStatus
+	for _, s := range p.tlsSecrets() {
+		secret, ok := p.secret(s.name)
+		if !ok {
+			continue
+		}
+		if msg, notAfter := plan.CheckTLSSecretExpiry(secret, s.SecretKeys, s.hostsToServe, p.o.Now); msg == "" {
+			certs = append(certs, v1beta2.CertificateStatus{Name: staticCertName(s.SecretKeys), Secret: s.name, NotAfter: metav1.NewTime(notAfter)})
+		}
+	}
+	if len(certs) == 0 {
+		return nil
+	}
+	return &v1beta2.TLSStatus{Certificates: certs}
+}
+
+func staticCertName(k plan.SecretKeys) string {
+	switch k.Cert {
+	case v1beta2.PeerCertKey:
+		return "peer"
+	case v1beta2.ServerCertKey:
+		return "server"
+	}
+	return "operator"
+}
+
+// certificatesCondition is CertificatesReady, or false when the cluster
+// has no TLS (and so no such condition).
+func (p *planner) certificatesCondition(st *v1beta2.ClusterStatus) (condition, bool) {
+	switch {
+	case p.spec.TLS == nil || (p.spec.TLS.Auto == nil && p.spec.TLS.Static == nil):
+		return condition{}, false
+	case p.certs != nil:
+		return p.certs.condition(), true
+	case p.spec.TLS.IsAuto():
+		for _, c := range p.o.Cluster.Status.Conditions {
+			if c.Type == v1beta2.ConditionCertificatesReady {
+				return condition{c.Status, c.Reason, c.Message}, true
+			}
+		}
+		return condition{metav1.ConditionUnknown, ReasonCertificatesIssuing, "the certificates are not planned in this sync"}, true
+	}
+	if problems := p.tlsSecretProblems(); len(problems) > 0 {
+		return conditionFalse(ReasonTLSSecretInvalid, strings.Join(problems, "; ")), true
+	}
+	var expiring []string
+	if st.TLS != nil {
+		for _, c := range st.TLS.Certificates {
+			if c.NotAfter.Sub(p.o.Now) < ExpiryWarning {
+				expiring = append(expiring, fmt.Sprintf("%s (Secret %q) expires at %s", c.Name, c.Secret, c.NotAfter.UTC().Format(time.RFC3339)))
+			}
+		}
+	}
+	if len(expiring) > 0 {
+		return conditionFalse(ReasonCertificateExpiring, strings.Join(expiring, "; ")+": renew it by updating the Secret in place (docs/tls.md, Rotation)"), true
+	}
+	return conditionTrue(ReasonCertificatesValid, "every certificate is valid for 7 days or more"), true
+}
+
+// secretChildren are the Secrets of the answer: those spec.TLS.auto
+// renders, else the observed ones as last applied (a sync frozen before
+// planning them, or a cluster whose spec no longer asks for them, must
+// not have Metacontroller delete a CA its members still trust).
+func (p *planner) secretChildren() []plan.Child {
+	if cs := p.certs; cs != nil && cs.problem == "" {
+		out := make([]plan.Child, 0, len(cs.secrets))
+		for _, s := range cs.secrets {
+			out = append(out, plan.Child{Kind: plan.KindSecret, Name: s.Name, Object: s})
+		}
+		return out
+	}
+	out := make([]plan.Child, 0, len(p.o.SecretChildren))
+	for _, name := range sorted(keysOf(p.o.SecretChildren)) {
+		s := p.o.SecretChildren[name]
+		out = append(out, plan.Keep(plan.KindSecret, name, s.Annotations, func() any { return s }))
+	}
+	return out
+}
+
+// wakeForCertificates asks for a sync when a certificate comes due
+// before Metacontroller's periodic resync would come.
+func (p *planner) wakeForCertificates(d *Decision) {
+	if p.certs == nil || p.certs.wake.IsZero() {
+		return
+	}
+	in := p.certs.wake.Sub(p.o.Now) + time.Second
+	if in > 0 && in <= time.Minute && (d.ResyncAfter == 0 || in < d.ResyncAfter) {
+		d.ResyncAfter = in
+	}
+}
