@@ -169,4 +169,3 @@ type PodPolicy struct {
 	// +optional
 	DNSTimeoutInSecond int64 `json:"DNSTimeoutInSecond,omitempty"`
 }
-
