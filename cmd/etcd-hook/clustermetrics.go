@@ -70,6 +70,10 @@ type clusterSample struct {
 	lastSync               time.Time
 	ready, reconciling     bool
 	stalled, rolloutHalted bool
+	// certExpiry is the earliest expiry of the certificates status.TLS
+	// lists, and certRenewal the earliest moment the hook renews one of
+	// them (zero for spec.TLS.static: the user renews).
+	certExpiry, certRenewal time.Time
 }
 
 type backupSample struct {
@@ -157,8 +161,24 @@ func (m *objectMetrics) recordCluster(o *etcdcluster.Observed, d etcdcluster.Dec
 	if b := st.NewestBackup; b != nil {
 		next.lastBackup = b.Time.Time
 	}
+	next.addCertificates(st.TLS)
 	next.addMembership(o.Membership)
 	*s = next
+}
+
+// addCertificates takes in status.TLS.
+func (s *clusterSample) addCertificates(t *v1beta2.TLSStatus) {
+	if t == nil {
+		return
+	}
+	for _, c := range t.Certificates {
+		if s.certExpiry.IsZero() || c.NotAfter.Time.Before(s.certExpiry) {
+			s.certExpiry = c.NotAfter.Time
+		}
+		if c.RenewAt != nil && (s.certRenewal.IsZero() || c.RenewAt.Time.Before(s.certRenewal)) {
+			s.certRenewal = c.RenewAt.Time
+		}
+	}
 }
 
 // addMembership takes in what etcd said in the sync, if it answered.
@@ -277,6 +297,8 @@ var (
 	descClusterReconciling   = objectDesc("etcd_cluster_reconciling", "1 when the Reconciling condition is True: the hook is moving the cluster toward its spec.")
 	descClusterStalled       = objectDesc("etcd_cluster_stalled", "1 when the Stalled condition is True: the hook cannot go on without a person.")
 	descClusterRolloutHalted = objectDesc("etcd_cluster_rollout_halted", "1 when an upgrade (UpgradeHalted) or the roll of a spec change (RolloutHalted) stopped on a member that cannot run.")
+	descClusterCertExpiry    = objectDesc("etcd_cluster_certificate_expiry_timestamp_seconds", "Earliest expiry among the cluster's certificates (status.TLS); absent without spec.TLS.")
+	descClusterCertRenewal   = objectDesc("etcd_cluster_certificate_renewal_timestamp_seconds", "Earliest moment the hook renews one of the cluster's certificates (spec.TLS.auto); absent when the user renews them.")
 
 	descBackupLastSuccess = objectDesc("etcd_backup_last_success_timestamp_seconds", "Time the EtcdBackup last stored a backup.")
 	descBackupAge         = objectDesc("etcd_backup_age_seconds", "Seconds since the EtcdBackup last stored a backup, at scrape time.")
@@ -298,7 +320,7 @@ func (m *objectMetrics) Describe(ch chan<- *prometheus.Desc) {
 		descClusterDesired, descClusterReady, descClusterVoting, descClusterLearners, descClusterQuorum, descClusterHasLeader,
 		descClusterLeaderChanges, descClusterDBSize, descClusterDBInUse, descClusterDBQuota, descClusterNoSpace, descClusterCorrupt,
 		descClusterLastBackup, descClusterBackupAge, descClusterLastSync, descClusterReadyCond, descClusterReconciling,
-		descClusterStalled, descClusterRolloutHalted,
+		descClusterStalled, descClusterRolloutHalted, descClusterCertExpiry, descClusterCertRenewal,
 		descBackupLastSuccess, descBackupAge, descBackupInterval, descBackupReady, descBackupStalled,
 		descRestoreReady, descRestoreFailed,
 	} {
@@ -342,6 +364,12 @@ func (m *objectMetrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(descClusterReconciling, boolValue(s.reconciling))
 		gauge(descClusterStalled, boolValue(s.stalled))
 		gauge(descClusterRolloutHalted, boolValue(s.rolloutHalted))
+		if !s.certExpiry.IsZero() {
+			gauge(descClusterCertExpiry, unixSeconds(s.certExpiry))
+		}
+		if !s.certRenewal.IsZero() {
+			gauge(descClusterCertRenewal, unixSeconds(s.certRenewal))
+		}
 	}
 	for k, s := range m.backups {
 		gauge := func(d *prometheus.Desc, v float64) {

@@ -374,3 +374,49 @@ func countFor(t *testing.T, m *objectMetrics, name string) int {
 	}
 	return n
 }
+
+// TestCertificateSeries: the earliest expiry of status.TLS, and the
+// earliest renewal the hook will make; a cluster whose certificates the
+// user renews has no renewal series, which is what the alert on them
+// tells by.
+func TestCertificateSeries(t *testing.T) {
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: metricsNow.Add(d)} }
+	tests := []struct {
+		name, reason string
+		tls          *v1beta2.TLSStatus
+		want         string
+	}{
+		{"auto", "the hook renews: both series", &v1beta2.TLSStatus{Certificates: []v1beta2.CertificateStatus{
+			{Name: "peer-ca", NotAfter: *at(48 * time.Hour), RenewAt: at(24 * time.Hour)},
+			{Name: "peer", NotAfter: *at(10 * time.Hour), RenewAt: at(5 * time.Hour)},
+		}}, `
+# HELP etcd_cluster_certificate_expiry_timestamp_seconds Earliest expiry among the cluster's certificates (status.TLS); absent without spec.TLS.
+# TYPE etcd_cluster_certificate_expiry_timestamp_seconds gauge
+etcd_cluster_certificate_expiry_timestamp_seconds{name="demo",namespace="prod"} 1.795370400e+09
+# HELP etcd_cluster_certificate_renewal_timestamp_seconds Earliest moment the hook renews one of the cluster's certificates (spec.TLS.auto); absent when the user renews them.
+# TYPE etcd_cluster_certificate_renewal_timestamp_seconds gauge
+etcd_cluster_certificate_renewal_timestamp_seconds{name="demo",namespace="prod"} 1.795352400e+09
+`},
+		{"static", "the user renews: no renewal series", &v1beta2.TLSStatus{Certificates: []v1beta2.CertificateStatus{
+			{Name: "server", NotAfter: *at(10 * time.Hour)},
+		}}, `
+# HELP etcd_cluster_certificate_expiry_timestamp_seconds Earliest expiry among the cluster's certificates (status.TLS); absent without spec.TLS.
+# TYPE etcd_cluster_certificate_expiry_timestamp_seconds gauge
+etcd_cluster_certificate_expiry_timestamp_seconds{name="demo",namespace="prod"} 1.795370400e+09
+`},
+		{"plain", "no TLS: no series", nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newTestObjects()
+			o := runningCluster(2)
+			m.recordCluster(o, etcdcluster.Decision{Status: v1beta2.ClusterStatus{TLS: tt.tls}})
+			reg := prometheus.NewPedanticRegistry()
+			reg.MustRegister(m)
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(tt.want),
+				"etcd_cluster_certificate_expiry_timestamp_seconds", "etcd_cluster_certificate_renewal_timestamp_seconds"); err != nil {
+				t.Errorf("%s: %v", tt.reason, err)
+			}
+		})
+	}
+}

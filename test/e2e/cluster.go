@@ -260,6 +260,15 @@ type ParentStatus struct {
 		Reason  string `json:"reason"`
 		Message string `json:"message"`
 	} `json:"conditions"`
+	TLS *struct {
+		Certificates []struct {
+			Name     string     `json:"name"`
+			Secret   string     `json:"secret"`
+			NotAfter time.Time  `json:"notAfter"`
+			RenewAt  *time.Time `json:"renewAt"`
+		} `json:"certificates"`
+		CARotation string `json:"caRotation"`
+	} `json:"TLS"`
 }
 
 // Condition returns the status and reason of a condition, "" if absent.

@@ -1,0 +1,312 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/etcdhook/etcd-hook/internal/tlstest"
+	"github.com/etcdhook/etcd-hook/test/e2e/harness"
+)
+
+// spec.TLS.auto end to end: the hook issues the CAs and certificates as
+// Secret children, the harness's Metacontroller applies them, its kubelet
+// mounts them into the members and refreshes them in place, and every
+// client of the scenario calls the members as an application with the
+// Secrets mounted would: it reads the trust bundle and its certificate
+// from the Secret at each handshake.
+
+// autoTLSSpec: leaves valid 5 minutes and renewed 4m30s ahead, so that a
+// leaf is renewed every 30 seconds; the CAs (10 minutes) are rotated on
+// request (AnnotationRotateCA), as a key believed exposed would be.
+var autoTLSSpec = map[string]any{"auto": map[string]any{"validity": "5m", "renewBefore": "4m30s"}}
+
+const (
+	annotationRotateCA = "etcd.database.coreos.com/rotate-ca"
+	annotationTrusted  = "etcd.database.coreos.com/trusted-ca"
+)
+
+// secretTrust is an application's TLS configuration drawn from the
+// cluster's operator Secret as it is now: its certificate and its trust
+// bundle, read at every handshake.
+type secretTrust struct {
+	env    *harness.Env
+	secret string
+	// handshakes counts the handshakes verified against the bundle.
+	handshakes atomic.Int64
+}
+
+func (st *secretTrust) data() (map[string][]byte, error) {
+	obj, ok := st.env.API.Get(harness.Ref{Type: harness.TypeSecret, Namespace: ns, Name: st.secret})
+	if !ok {
+		return nil, fmt.Errorf("Secret %s not found", st.secret)
+	}
+	var s corev1.Secret
+	raw, _ := json.Marshal(obj)
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, err
+	}
+	return s.Data, nil
+}
+
+func (st *secretTrust) config() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// Verified in VerifyConnection, against the bundle as the Secret
+		// holds it at this handshake.
+		InsecureSkipVerify: true,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			d, err := st.data()
+			if err != nil {
+				return nil, err
+			}
+			pair, err := tls.X509KeyPair(d["etcd-client.crt"], d["etcd-client.key"])
+			return &pair, err
+		},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			d, err := st.data()
+			if err != nil {
+				return err
+			}
+			roots := x509.NewCertPool()
+			if !roots.AppendCertsFromPEM(d["etcd-client-ca.crt"]) {
+				return errors.New("the trust bundle holds no certificate")
+			}
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("no server certificate")
+			}
+			host := cs.ServerName
+			if net.ParseIP(host) != nil {
+				host = ""
+			}
+			_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, DNSName: host})
+			if err == nil {
+				st.handshakes.Add(1)
+			}
+			return err
+		},
+	}
+}
+
+func TestAutoTLS(t *testing.T) {
+	s := newFaultScenario(t, harness.Options{ClusterCustomize: true})
+	trust := &secretTrust{env: s.env, secret: exampleName + "-operator-tls"}
+	t.Cleanup(UseClientTLS(exampleName, ns, trust.config()))
+
+	spec := map[string]any{"size": 3, "version": faultVersion, "TLS": autoTLSSpec, "pod": map[string]any{"persistentVolumeClaimSpec": map[string]any{
+		"accessModes": []any{"ReadWriteOnce"},
+		"resources":   map[string]any{"requests": map[string]any{"storage": "1Gi"}},
+	}}}
+	s.createSpec("auto TLS: create, size 3, one line of spec.TLS", spec)
+	if t.Failed() {
+		return
+	}
+	s.autoTLSSecretsOwned()
+	s.autoTLSRefusesStrangers(trust)
+	if t.Failed() {
+		return
+	}
+	s.autoTLSRotations(trust)
+}
+
+// autoTLSSecretsOwned: four Secret children, controlled by the cluster,
+// and a status that lists five certificates with CertificatesReady True.
+func (s *scenario) autoTLSSecretsOwned() {
+	t := s.t
+	for _, suffix := range []string{"-ca", "-peer-tls", "-server-tls", "-operator-tls"} {
+		obj, ok := s.env.API.Get(harness.Ref{Type: harness.TypeSecret, Namespace: ns, Name: exampleName + suffix})
+		if !ok {
+			t.Errorf("Secret %s%s was not rendered", exampleName, suffix)
+			continue
+		}
+		var sec corev1.Secret
+		raw, _ := json.Marshal(obj)
+		_ = json.Unmarshal(raw, &sec)
+		if len(sec.OwnerReferences) != 1 || sec.OwnerReferences[0].Name != exampleName || sec.OwnerReferences[0].Controller == nil || !*sec.OwnerReferences[0].Controller {
+			t.Errorf("Secret %s: ownerReferences %+v, want the EtcdCluster as controller (deleted with it)", sec.Name, sec.OwnerReferences)
+		}
+	}
+	st := s.waitParent(30*time.Second, "CertificatesReady True and five certificates in status.TLS", func(st ParentStatus) bool {
+		status, _ := st.Condition("CertificatesReady")
+		return status == "True" && st.TLS != nil && len(st.TLS.Certificates) == 5
+	})
+	for _, c := range st.TLS.Certificates {
+		if c.NotAfter.IsZero() || c.RenewAt == nil || !c.RenewAt.Before(c.NotAfter) {
+			t.Errorf("status.TLS certificate %+v: want notAfter and a renewAt before it", c)
+		}
+	}
+}
+
+// autoTLSRefusesStrangers: the members answer the operator certificate on
+// https, and refuse plaintext, a client without a certificate, one with a
+// certificate of another CA, and the operator's own certificate on the
+// peer port (a client CA's certificate is no peer's).
+func (s *scenario) autoTLSRefusesStrangers(trust *secretTrust) {
+	t := s.t
+	other, err := tlstest.NewCA("another ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := other.Issue(tlstest.LeafOptions{CommonName: "stranger", Usage: tlstest.Client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerPair, err := stranger.KeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCert := trust.config()
+	noCert.GetClientCertificate = nil
+	withStranger := trust.config()
+	withStranger.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &strangerPair, nil }
+
+	member := s.c.PodNames()[0]
+	httpsURL := s.c.MemberURL(member)
+	plainURL := fmt.Sprintf("http://%s.%s.%s.svc:2379", member, exampleName, ns)
+	for _, tc := range []struct {
+		name, endpoint string
+		cfg            *tls.Config
+		wantOK         bool
+	}{
+		{"the operator certificate", httpsURL, trust.config(), true},
+		{"plaintext", plainURL, nil, false},
+		{"TLS without a client certificate", httpsURL, noCert, false},
+		{"a certificate of another CA", httpsURL, withStranger, false},
+	} {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{tc.endpoint}, TLS: tc.cfg, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			if tc.wantOK {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.env.Ctx(), 3*time.Second)
+		_, putErr := cli.Put(ctx, "/auto-tls/"+tc.name, "x")
+		cancel()
+		_ = cli.Close()
+		if tc.wantOK && putErr != nil {
+			t.Errorf("%s: put failed: %v", tc.name, putErr)
+		}
+		if !tc.wantOK && putErr == nil {
+			t.Errorf("%s: put succeeded, want it refused", tc.name)
+		}
+	}
+	peer := fmt.Sprintf("%s.%s.%s.svc:2380", member, exampleName, ns)
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", peer, trust.config())
+	if err == nil {
+		// TLS 1.3 reports a refused client certificate on the first read.
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		conn.Close()
+	}
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+		t.Errorf("the peer port took the operator's client certificate (%v): peers must accept only the peer CA's", err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// autoTLSRotations: under a writer through the client Service, two leaf
+// renewals (the hook's, every 30 s) and a CA rotation asked for with the
+// annotation. No put fails and none is lost; leaf renewals restart no
+// member; the CA rotation restarts each member once, on its claim, with
+// the same member ID.
+func (s *scenario) autoTLSRotations(trust *secretTrust) {
+	t := s.t
+	s.startFaultWriter("auto-tls-rotations")
+	s.waitWrites(writesAround)
+	attempts, acked := s.w.Counts()
+	world := s.world(s.c.PodNames())
+	pods := s.c.Pods()
+
+	// Two leaf renewals: the server certificate a member serves changes
+	// twice, and no Pod restarts.
+	member := pods[0].Name
+	first := s.servedServerSerial(trust, member)
+	seen := 0
+	last := first
+	err := s.env.WaitFor(3*time.Minute, "two renewals of the served server certificate", func() (bool, string) {
+		if got := s.servedServerSerial(trust, member); got != "" && got != last {
+			seen++
+			last = got
+		}
+		return seen >= 2, fmt.Sprintf("%d renewals seen", seen)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range s.c.Pods() {
+		before := podByName(pods, p.Name)
+		if p.UID != before.UID || p.Restarts != before.Restarts {
+			t.Errorf("leaf renewal: Pod %s restarted (uid %s → %s, restarts %d → %d); want none", p.Name, before.UID, p.UID, before.Restarts, p.Restarts)
+		}
+	}
+
+	// A CA rotation, asked for.
+	_, before, _ := s.c.Parent()
+	oldCA := certificateNotAfter(before, "peer-ca")
+	if _, err := s.env.MC.AnnotateParent(ns, exampleName, annotationRotateCA, "e2e-"+time.Now().UTC().Format("150405")); err != nil {
+		t.Fatal(err)
+	}
+	s.waitParent(4*time.Minute, "a new CA, every member restarted to trust it, and the rotation over", func(st ParentStatus) bool {
+		status, _ := st.Condition("CertificatesReady")
+		ready, _ := st.Condition("Ready")
+		return status == "True" && ready == "True" && st.TLS != nil && st.TLS.CARotation == "" && certificateNotAfter(st, "peer-ca") != oldCA
+	})
+	if t.Failed() {
+		return
+	}
+	s.waitWrites(writesAround)
+	attemptsAfter, ackedAfter := s.w.Counts()
+	if failed := (attemptsAfter - attempts) - (ackedAfter - acked); failed != 0 {
+		t.Errorf("two leaf renewals and a CA rotation: %d of %d puts failed, want none", failed, attemptsAfter-attempts)
+	}
+	s.checkWorld("auto TLS: CA rotation", faultWorld{Members: world.Members, Pods: s.podUIDs()}, s.c.PodNames())
+	for _, p := range s.c.Pods() {
+		if podByName(pods, p.Name).UID == p.UID {
+			t.Errorf("CA rotation: Pod %s was not restarted, so its etcd does not trust the new CA", p.Name)
+		}
+	}
+	s.verifyWrites("auto TLS: two leaf renewals and a CA rotation")
+	t.Logf("auto TLS: %d handshakes verified against the bundle of the moment", trust.handshakes.Load())
+}
+
+func certificateNotAfter(st ParentStatus, name string) time.Time {
+	if st.TLS == nil {
+		return time.Time{}
+	}
+	for _, c := range st.TLS.Certificates {
+		if c.Name == name {
+			return c.NotAfter
+		}
+	}
+	return time.Time{}
+}
+
+// servedServerSerial is the serial of the server certificate the member
+// serves on 2379 at a new handshake, "" when it does not answer.
+func (s *scenario) servedServerSerial(trust *secretTrust, member string) string {
+	host := fmt.Sprintf("%s.%s.%s.svc", member, exampleName, ns)
+	cfg := trust.config()
+	cfg.ServerName = host
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", host+":2379", cfg)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
