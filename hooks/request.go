@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -23,6 +24,8 @@ const (
 	ChildPVCs     = "PersistentVolumeClaim.v1"
 	ChildPDBs     = "PodDisruptionBudget.policy/v1"
 	ChildSecrets  = "Secret.v1"
+	// ChildNetworkPolicies is a fence's key.
+	ChildNetworkPolicies = "NetworkPolicy.networking.k8s.io/v1"
 )
 
 // request is a sync or finalize request as Metacontroller sends it.
@@ -108,6 +111,9 @@ func decode(body []byte, parentDecoded func(*etcdcluster.Observed)) (*etcdcluste
 		return nil, err
 	}
 	if o.PDBs, err = decodeChildren[policyv1.PodDisruptionBudget](req.Children, ChildPDBs); err != nil {
+		return nil, err
+	}
+	if o.NetworkPolicies, err = decodeChildren[networkingv1.NetworkPolicy](req.Children, ChildNetworkPolicies); err != nil {
 		return nil, err
 	}
 	return o, nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -81,6 +82,8 @@ func wireObject(c plan.Child) (any, error) {
 		return object{"v1", "PersistentVolumeClaim", obj.ObjectMeta, obj.Spec}, nil
 	case *policyv1.PodDisruptionBudget:
 		return object{"policy/v1", "PodDisruptionBudget", obj.ObjectMeta, obj.Spec}, nil
+	case *networkingv1.NetworkPolicy:
+		return object{"networking.k8s.io/v1", "NetworkPolicy", obj.ObjectMeta, obj.Spec}, nil
 	case *corev1.Secret:
 		return secretObject{"v1", "Secret", obj.ObjectMeta, obj.Type, obj.Data}, nil
 	}

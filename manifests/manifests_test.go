@@ -447,11 +447,12 @@ func TestCompositeController(t *testing.T) {
 	}
 
 	wantMethods := map[string]string{
-		"v1/pods":                        "InPlace",
-		"v1/services":                    "InPlace",
-		"v1/persistentvolumeclaims":      "OnDelete",
-		"policy/v1/poddisruptionbudgets": "InPlace",
-		"v1/secrets":                     "InPlace",
+		"v1/pods":                              "InPlace",
+		"v1/services":                          "InPlace",
+		"v1/persistentvolumeclaims":            "OnDelete",
+		"policy/v1/poddisruptionbudgets":       "InPlace",
+		"v1/secrets":                           "InPlace",
+		"networking.k8s.io/v1/networkpolicies": "InPlace",
 	}
 	// Metacontroller's enum, minus the Rolling* methods: with those the
 	// sync hook is called concurrently, and this hook has side effects.

@@ -14,7 +14,8 @@ type Child struct {
 	Kind string
 	Name string
 	// Object is a *corev1.Pod, *corev1.Service, *corev1.Secret,
-	// *corev1.PersistentVolumeClaim, *policyv1.PodDisruptionBudget, or a
+	// *corev1.PersistentVolumeClaim, *policyv1.PodDisruptionBudget,
+	// *networkingv1.NetworkPolicy, or a
 	// json.RawMessage holding a kept child's last applied configuration.
 	Object any
 }
@@ -26,6 +27,8 @@ const (
 	KindPVC     = "PersistentVolumeClaim"
 	KindPDB     = "PodDisruptionBudget"
 	KindSecret  = "Secret"
+	// KindNetworkPolicy is networking.k8s.io/v1's.
+	KindNetworkPolicy = "NetworkPolicy"
 )
 
 // LastAppliedAnnotation is where Metacontroller records what a hook last
@@ -46,7 +49,7 @@ func Keep(kind, name string, annotations map[string]string, fallback func() any)
 // SortChildren orders an answer: Secrets and Services first and Pods
 // last, each by name.
 func SortChildren(children []Child) {
-	rank := map[string]int{KindSecret: -1, KindService: 0, KindPDB: 1, KindPVC: 2, KindPod: 3}
+	rank := map[string]int{KindSecret: -1, KindService: 0, KindNetworkPolicy: 1, KindPDB: 1, KindPVC: 2, KindPod: 3}
 	sort.SliceStable(children, func(i, j int) bool {
 		if children[i].Kind != children[j].Kind {
 			return rank[children[i].Kind] < rank[children[j].Kind]

@@ -73,6 +73,11 @@ type ClusterSpec struct {
 	// +optional
 	TLS *TLSPolicy `json:"TLS,omitempty"`
 
+	// Network fences the members: the NetworkPolicy the hook renders
+	// (see docs/etcdcluster.md, "Network policies").
+	// +optional
+	Network *NetworkSpec `json:"network,omitempty"`
+
 	// Etcd sets etcd's own flags that keep a database healthy: its quota
 	// and how it compacts history. A change rolls to every member, one at
 	// a time.

@@ -324,8 +324,8 @@ func TestAllMembersLostStatus(t *testing.T) {
 	for _, c := range d.Children {
 		kinds = append(kinds, c.Kind+"/"+c.Name)
 	}
-	if d := cmp.Diff([]string{"Service/demo", "Service/demo-client", "PodDisruptionBudget/demo"}, kinds); d != "" {
-		t.Errorf("children: the Services and the PDB stay, nothing else is rendered (-want +got):\n%s", d)
+	if d := cmp.Diff([]string{"Service/demo", "Service/demo-client", "PodDisruptionBudget/demo", "NetworkPolicy/demo"}, kinds); d != "" {
+		t.Errorf("children: the Services, the PDB and the fence stay, nothing else is rendered (-want +got):\n%s", d)
 	}
 	// The same observation gives the same status: no sync loop.
 	o.Cluster.Status = d.Status

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -27,6 +28,8 @@ type Observed struct {
 	Services map[string]*corev1.Service
 	PVCs     map[string]*corev1.PersistentVolumeClaim
 	PDBs     map[string]*policyv1.PodDisruptionBudget
+	// NetworkPolicies are the fences the hook rendered (networkpolicy.go).
+	NetworkPolicies map[string]*networkingv1.NetworkPolicy
 
 	// Membership is etcd's view, or nil when it could not be read.
 	Membership *membership.Membership

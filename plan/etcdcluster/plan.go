@@ -157,7 +157,7 @@ func (p *planner) editChildren() {
 // touched: the whole cluster is going away.
 func (p *planner) finalize() Decision {
 	o := p.o
-	remaining := len(o.Pods) + len(o.Services) + len(o.PVCs) + len(o.PDBs) + len(o.SecretChildren)
+	remaining := len(o.Pods) + len(o.Services) + len(o.PVCs) + len(o.PDBs) + len(o.SecretChildren) + len(o.NetworkPolicies)
 	st := o.Cluster.Status
 	st.ObservedGeneration = o.Cluster.Generation
 	st.Reason = fmt.Sprintf("deleting: %d children left", remaining)
@@ -210,6 +210,9 @@ func (p *planner) keptChildren() []plan.Child {
 	}
 	for _, b := range o.PDBs {
 		children = append(children, plan.Keep(plan.KindPDB, b.Name, b.Annotations, func() any { return b }))
+	}
+	for _, n := range o.NetworkPolicies {
+		children = append(children, plan.Keep(plan.KindNetworkPolicy, n.Name, n.Annotations, func() any { return n }))
 	}
 	plan.SortChildren(children)
 	return children

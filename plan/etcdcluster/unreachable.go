@@ -230,15 +230,19 @@ func (p *planner) recoveredPod(name string) any {
 	return p.memberPod(name, cluster, state)
 }
 
-// commonChildren are rendered whatever the membership: the two Services
-// and the disruption budget.
+// commonChildren are rendered whatever the membership: the two Services,
+// the disruption budget and the fence (networkpolicy.go).
 func (p *planner) commonChildren() []plan.Child {
 	c := p.o.Cluster
-	return []plan.Child{
+	out := []plan.Child{
 		{Kind: plan.KindService, Name: c.Name, Object: peerService(c, p.rec, p.recordText())},
 		{Kind: plan.KindService, Name: plan.ClientServiceName(c.Name), Object: clientService(c, p.selectServingOnly())},
 		{Kind: plan.KindPDB, Name: c.Name, Object: disruptionBudget(c, p.spec)},
 	}
+	if np := networkPolicy(c, p.spec); np != nil {
+		out = append(out, plan.Child{Kind: plan.KindNetworkPolicy, Name: c.Name, Object: np})
+	}
+	return out
 }
 
 func podAge(now time.Time, created time.Time) time.Duration {

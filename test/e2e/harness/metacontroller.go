@@ -32,6 +32,7 @@ func DefaultChildTypes() []ChildType {
 		{APIVersion: "v1", Kind: "PersistentVolumeClaim", Resource: "persistentvolumeclaims", UpdateMethod: "OnDelete"},
 		{APIVersion: "policy/v1", Kind: "PodDisruptionBudget", Resource: "poddisruptionbudgets", UpdateMethod: "InPlace"},
 		{APIVersion: "v1", Kind: "Secret", Resource: "secrets", UpdateMethod: "InPlace"},
+		{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy", Resource: "networkpolicies", UpdateMethod: "InPlace"},
 	}
 }
 

@@ -1,0 +1,51 @@
+package etcdcluster
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
+	"github.com/etcdhook/etcd-hook/plan"
+)
+
+// The fence around the members: one NetworkPolicy, named after the
+// cluster, that selects every member Pod (a restore's seed included) and
+// admits
+//   - on the peer port, only the cluster's own member Pods: raft traffic
+//     and snapshots come from no one else;
+//   - on the client and metrics ports, anyone, or spec.network.clientFrom.
+//
+// Ingress only: members must still reach their S3 store (a restore's
+// fetch) and DNS. The kubelet's probes come from the node, which a
+// NetworkPolicy never blocks. A port the policy does not list is closed.
+
+// networkPolicy is the fence, or nil with spec.network.policies false.
+func networkPolicy(c *v1beta2.EtcdCluster, spec v1beta2.ClusterSpec) *networkingv1.NetworkPolicy {
+	if !spec.Network.PoliciesEnabled() {
+		return nil
+	}
+	tcp := corev1.ProtocolTCP
+	port := func(n int) networkingv1.NetworkPolicyPort {
+		p := intstr.FromInt32(int32(n))
+		return networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &p}
+	}
+	var clientFrom []networkingv1.NetworkPolicyPeer
+	if spec.Network != nil {
+		clientFrom = spec.Network.ClientFrom
+	}
+	members := selectorLabels(c.Name)
+	return &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: members},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: members},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{
+				{Ports: []networkingv1.NetworkPolicyPort{port(plan.PeerPort)}, From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: members}}}},
+				{Ports: []networkingv1.NetworkPolicyPort{port(plan.ClientPort), port(MetricsPort)}, From: clientFrom},
+			},
+		},
+	}
+}
