@@ -49,12 +49,19 @@ func (p *planner) leafSpecs(names v1beta2.TLSSecretNames, _ *authority) []leafSp
 	client := plan.ClientServiceName(c.Name)
 	server := append(slices.Clone(members),
 		client, client+"."+c.Namespace, client+"."+c.Namespace+".svc", client+"."+c.Namespace+".svc."+domain, "localhost")
+	// etcd checks a peer's certificate against the address it calls from:
+	// the IP addresses first, then the DNS names by reverse lookup. The
+	// loopback addresses are for peers that call from them, as members
+	// on one host do (this project's e2e harness runs them so); a call
+	// from anywhere else is checked against the DNS names, and every call
+	// needs a certificate of the peer CA anyway.
+	loopback := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	return []leafSpec{
 		{secret: names.Peer, certKey: v1beta2.PeerCertKey, keyKey: v1beta2.PeerKeyKey, caKey: v1beta2.PeerCAKey, peer: true,
-			req: pki.LeafRequest{CommonName: c.Name + " peer", DNSNames: members, Usage: pki.Server | pki.Client}},
+			req: pki.LeafRequest{CommonName: c.Name + " peer", DNSNames: members, IPs: loopback, Usage: pki.Server | pki.Client}},
 		// Client as well: etcd's gRPC gateway dials its own port with it.
 		{secret: names.Server, certKey: v1beta2.ServerCertKey, keyKey: v1beta2.ServerKeyKey, caKey: v1beta2.ServerCAKey,
-			req: pki.LeafRequest{CommonName: c.Name + " server", DNSNames: server, IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, Usage: pki.Server | pki.Client}},
+			req: pki.LeafRequest{CommonName: c.Name + " server", DNSNames: server, IPs: loopback, Usage: pki.Server | pki.Client}},
 		{secret: names.Operator, certKey: v1beta2.ClientCertKey, keyKey: v1beta2.ClientKeyKey, caKey: v1beta2.ClientCAKey,
 			req: pki.LeafRequest{CommonName: OperatorCommonName, Usage: pki.Client}},
 	}

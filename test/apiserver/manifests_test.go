@@ -73,6 +73,7 @@ func TestManifests(t *testing.T) {
 		{"UnknownFields", testUnknownFields},
 		{"PrinterColumns", testPrinterColumns},
 		{"TLSOverlays", testTLSOverlays},
+		{"RenderedChildren", testRenderedChildren},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.fn(t, k) }) && s.name == "Install" {
