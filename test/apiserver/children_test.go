@@ -22,6 +22,11 @@ import (
 // an auto-TLS cluster through its first three syncs (the CAs, the leaves,
 // the seed that mounts them).
 func testRenderedChildren(t *testing.T, k *kube) {
+	// A namespace of its own, with the ServiceAccount the controller
+	// manager would make (there is none here): a Pod names it.
+	const ns = "rendered-children"
+	k.mustKubectl(t, "", "create", "namespace", ns)
+	k.mustKubectl(t, "", "create", "serviceaccount", "default", "-n", ns)
 	off := false
 	clientFrom := []byte(`[{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "etcd-hook"}}}, {"podSelector": {"matchLabels": {"app": "my-app"}}}, {"ipBlock": {"cidr": "10.0.0.0/8"}}]`)
 	tests := []struct {
@@ -43,7 +48,7 @@ func testRenderedChildren(t *testing.T, k *kube) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &v1beta2.EtcdCluster{
 				TypeMeta:   metav1.TypeMeta{APIVersion: v1beta2.APIVersion, Kind: v1beta2.Kind},
-				ObjectMeta: metav1.ObjectMeta{Name: tt.name, Namespace: nsServerSide, UID: types.UID("uid-" + tt.name), Generation: 1},
+				ObjectMeta: metav1.ObjectMeta{Name: tt.name, Namespace: ns, UID: types.UID("uid-" + tt.name), Generation: 1},
 				Spec:       v1beta2.ClusterSpec{Size: 3},
 			}
 			tt.spec(&c.Spec)
@@ -63,7 +68,7 @@ func testRenderedChildren(t *testing.T, k *kube) {
 				}
 				secrets := map[string]*corev1.Secret{}
 				for _, child := range answer.Children {
-					noWarnings(t, k.mustKubectl(t, string(child), "apply", "--dry-run=server", "--validate=strict", "-n", nsServerSide, "-f", "-"))
+					noWarnings(t, k.mustKubectl(t, string(child), "apply", "--dry-run=server", "--validate=strict", "-n", ns, "-f", "-"))
 					var meta struct {
 						Kind     string            `json:"kind"`
 						Metadata metav1.ObjectMeta `json:"metadata"`
