@@ -1,10 +1,14 @@
 package charts
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -13,12 +17,20 @@ import (
 
 // TestDefaultValuesRenderManifests: the chart with its default values (and
 // its CRDs) renders exactly the objects of kubectl kustomize manifests/, so
-// a Helm install and kubectl apply -k manifests/ never diverge. Nothing is
-// normalized: the chart adds no label or annotation of its own.
+// a Helm install and kubectl apply -k manifests/ never diverge: both have
+// Metacontroller call the hook over HTTPS. Nothing is normalized: the
+// chart adds no label or annotation of its own. The one object only the
+// chart has is the serving certificate it issues (tls.generate), which
+// manifests/tls/issue-certificate.sh issues for kustomize.
 func TestDefaultValuesRenderManifests(t *testing.T) {
 	want := kustomize(t, "manifests/")
-	got := helmTemplate(t, "--include-crds")
-	if diff := diffObjects(want, got); diff != "" {
+	got, err := helmTemplateAsIs(t, "--include-crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued := got.only(t, "Secret", "etcd-hook-tls")
+	checkIssuedCertificate(t, issued, "etcd-hook.etcd-hook.svc")
+	if diff := diffObjects(want, got.without(objects{objectKey(issued): issued})); diff != "" {
 		t.Errorf("helm template --include-crds %s differs from kubectl kustomize manifests/ (-kustomize +helm):\n%s", chartDir, diff)
 	}
 	// A kustomization that lost its resources would make both empty.
@@ -26,6 +38,62 @@ func TestDefaultValuesRenderManifests(t *testing.T) {
 		if len(got.ofKind(kind)) == 0 {
 			t.Errorf("no %s rendered: %s", kind, strings.Join(got.keys(), ", "))
 		}
+	}
+	for key, cc := range got.ofKind("CompositeController") {
+		hooks, _ := lookup(cc, "spec", "hooks").(map[string]any)
+		for name := range hooks {
+			if url, _ := lookup(cc, "spec", "hooks", name, "webhook", "url").(string); !strings.HasPrefix(url, "https://etcd-hook.etcd-hook.svc:443/") {
+				t.Errorf("%s: hooks.%s.webhook.url %q: the default install must call the hook over HTTPS", key, name, url)
+			}
+		}
+		if lookup(cc, "spec", "endpointConfigs") == nil {
+			t.Errorf("%s: no endpointConfigs: nothing verifies the hook's certificate", key)
+		}
+	}
+}
+
+// TestPlainHTTPIsTheOptOut: tls.enabled=false renders what the explicit
+// opt-out manifests/plain-http renders, and nothing of HTTPS.
+func TestPlainHTTPIsTheOptOut(t *testing.T) {
+	want := kustomize(t, "manifests/plain-http")
+	got := helmTemplate(t, "--set", "tls.enabled=false")
+	if diff := diffObjects(want, got); diff != "" {
+		t.Errorf("helm template --set tls.enabled=false differs from kubectl kustomize manifests/plain-http (-kustomize +helm):\n%s", diff)
+	}
+	if len(got.ofKind("Secret")) != 0 {
+		t.Errorf("plain HTTP issued a Secret: %v", got.ofKind("Secret").keys())
+	}
+}
+
+// checkIssuedCertificate: the Secret holds a CA and a certificate for
+// host that it signed, with the certificate's key.
+func checkIssuedCertificate(t *testing.T, secret map[string]any, host string) {
+	t.Helper()
+	get := func(key string) []byte {
+		s, _ := lookup(secret, "data", key).(string)
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil || len(b) == 0 {
+			t.Fatalf("Secret key %s: %q (%v)", key, s, err)
+		}
+		return b
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(get("ca.crt")) {
+		t.Fatal("ca.crt holds no certificate")
+	}
+	pair, err := tls.X509KeyPair(get("tls.crt"), get("tls.key"))
+	if err != nil {
+		t.Fatalf("tls.crt and tls.key: %v", err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: host}); err != nil {
+		t.Errorf("the issued certificate does not verify for %s against ca.crt: %v", host, err)
+	}
+	if left := time.Until(leaf.NotAfter); left < 9*365*24*time.Hour {
+		t.Errorf("the issued certificate expires in %s, want about ten years", left.Round(time.Hour))
 	}
 }
 

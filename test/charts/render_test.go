@@ -79,6 +79,17 @@ func helmTemplate(t testing.TB, args ...string) objects {
 // failing, for the values that must be refused.
 func helmTemplateErr(t testing.TB, args ...string) (objects, error) {
 	t.Helper()
+	// Without the serving certificate the chart issues by default: it
+	// holds random bytes, so two renderings never agree on it, and
+	// kustomize renders none (manifests/tls/issue-certificate.sh issues
+	// it). TestDefaultValuesRenderManifests checks it; a caller's own
+	// --set tls.generate comes later and wins.
+	return helmTemplateAsIs(t, append([]string{"--set", "tls.generate=false"}, args...)...)
+}
+
+// helmTemplateAsIs is helm template with exactly args.
+func helmTemplateAsIs(t testing.TB, args ...string) (objects, error) {
+	t.Helper()
 	full := append([]string{"template", releaseName, chartDir}, args...)
 	out, err := run(t, helmBin(t), full...)
 	if err != nil {

@@ -31,12 +31,25 @@ func TestValues(t *testing.T) {
 			name:   "namespace.name",
 			reason: "every namespaced object, the Namespace, the webhook URLs and the RBAC move to the namespace",
 			args:   []string{"--set", "namespace.name=ops"},
-			edit:   func(t *testing.T, o objects) { moveNamespace(t, o, "ops", "http://etcd-hook.ops") },
+			edit: func(t *testing.T, o objects) {
+				moveNamespace(t, o, "ops", "https://etcd-hook.ops.svc:443")
+				moveTLSHost(t, o, "ops")
+			},
 		},
 		{
 			name:   "namespace.name empty",
 			reason: "the release's namespace is used",
 			args:   []string{"--set", "namespace.name=", "--namespace", "ops"},
+			edit: func(t *testing.T, o objects) {
+				moveNamespace(t, o, "ops", "https://etcd-hook.ops.svc:443")
+				moveTLSHost(t, o, "ops")
+			},
+		},
+		{
+			name:   "namespace.name with plain HTTP",
+			reason: "the plain webhook URLs follow the namespace",
+			base:   []string{"--set", "tls.enabled=false"},
+			args:   []string{"--set", "namespace.name=ops"},
 			edit:   func(t *testing.T, o objects) { moveNamespace(t, o, "ops", "http://etcd-hook.ops") },
 		},
 		{
@@ -275,7 +288,8 @@ func TestValues(t *testing.T) {
 			base:   monitoringAPI,
 			args:   []string{"--set", "namespace.name=ops"},
 			edit: func(t *testing.T, o objects) {
-				moveNamespace(t, o, "ops", "http://etcd-hook.ops")
+				moveNamespace(t, o, "ops", "https://etcd-hook.ops.svc:443")
+				moveTLSHost(t, o, "ops")
 				for _, sm := range o.ofKind("ServiceMonitor") {
 					at(t, sm, "spec", "namespaceSelector").(map[string]any)["matchNames"] = []any{"ops"}
 				}
@@ -325,7 +339,7 @@ func TestValuesRefused(t *testing.T) {
 		{"extraArgs with a TLS flag", []string{"--set", "extraArgs={--tls-addr=:9443}"},
 			[]string{"extraArgs: --tls-addr=:9443 is set by the chart"},
 			"the Service's https port would point at nothing"},
-		{"cert-manager without TLS", []string{"--set", "tls.certManager.enabled=true"},
+		{"cert-manager without TLS", []string{"--set", "tls.enabled=false", "--set", "tls.certManager.enabled=true"},
 			[]string{"tls.certManager.enabled needs tls.enabled"},
 			"a certificate that nothing serves, and webhooks left on plain HTTP"},
 		{"certificate duration not a duration", []string{"--set", "tls.enabled=true", "--set", "tls.certManager.enabled=true", "--set", "tls.certManager.duration=90d"},

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/etcdhook/etcd-hook/internal/s3test"
 	"github.com/etcdhook/etcd-hook/internal/tlstest"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
@@ -100,7 +101,7 @@ func (st *secretTrust) config() *tls.Config {
 }
 
 func TestAutoTLS(t *testing.T) {
-	s := newFaultScenario(t, harness.Options{ClusterCustomize: true})
+	s := newFaultScenario(t, harness.Options{ClusterCustomize: true, Backups: true, Restores: true})
 	trust := &secretTrust{env: s.env, secret: exampleName + "-operator-tls"}
 	t.Cleanup(UseClientTLS(exampleName, ns, trust.config()))
 
@@ -118,6 +119,59 @@ func TestAutoTLS(t *testing.T) {
 		return
 	}
 	s.autoTLSRotations(trust)
+	if t.Failed() {
+		return
+	}
+	s.autoTLSBackupRestore()
+}
+
+// autoTLSBackupRestore: a backup run calls the members with the operator
+// certificate the hook issued (an EtcdBackup with clusterName mounts it by
+// itself), and an EtcdRestore brings the cluster back to it: its restored
+// members mount the same Secrets and serve TLS as before.
+func (s *scenario) autoTLSBackupRestore() {
+	t := s.t
+	b := &backupScenario{scenario: s, s3: s3test.Start(t)}
+	b.s3.CreateBucket(t, backupBucket)
+	b.createSecret("aws", s3test.AccessKey, s3test.SecretKey)
+	put := func(key string) {
+		cli, err := NewClient(s.c.ServiceURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		ctx, cancel := context.WithTimeout(s.env.Ctx(), 5*time.Second)
+		defer cancel()
+		if _, err := cli.Put(ctx, key, "x"); err != nil {
+			t.Fatalf("put %s: %v", key, err)
+		}
+	}
+	put("/auto-tls/before-backup")
+	b.createBackup("auto-tls-backup", b.s3Spec("auto-tls/backup.db", "aws"), nil)
+	st := b.waitBackup("auto-tls-backup", 90*time.Second, "the backup of the auto-TLS cluster succeeded", func(st BackupStatus) bool {
+		return st.Succeeded && st.LastBackup != nil
+	})
+	t.Logf("auto TLS: backup %s at revision %d", st.LastBackup.Location, st.LastBackup.Revision)
+	put("/auto-tls/after-backup")
+
+	b.applyRestore(exampleName, b.restoreSpec(exampleName, "auto-tls/backup.db"))
+	b.waitRestore(exampleName, 3*time.Minute, "the restore completed", func(v restoreView) bool { return v.Cluster.Restore.Phase == "Completed" })
+	cli, err := NewClient(s.c.MemberURLs()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(s.env.Ctx(), 10*time.Second)
+	defer cancel()
+	for key, want := range map[string]int64{"/auto-tls/before-backup": 1, "/auto-tls/after-backup": 0} {
+		resp, err := cli.Get(ctx, key)
+		if err != nil {
+			t.Fatalf("restored cluster, over TLS: get %s: %v", key, err)
+		}
+		if resp.Count != want {
+			t.Errorf("restored cluster: %s found %d times, want %d (the backup's state)", key, resp.Count, want)
+		}
+	}
 }
 
 // autoTLSSecretsOwned: four Secret children, controlled by the cluster,
