@@ -73,7 +73,7 @@ kube-check-versions:
 
 # The manifests against a real API server (test/apiserver), once the
 # binaries exist. "make test" runs it as its "apiserver" step.
-test-apiserver: kube-bins ## prove manifests/ against a real kube-apiserver (test/apiserver)
+test-apiserver: kube-bins build ## prove manifests/ against a real kube-apiserver (test/apiserver)
 	cd $(KUBE_MK_ROOT) && $(GO) test ./test/apiserver/ -count=1 -v -timeout 5m
 
 # tools/kube/go.mod is order-only: touching it (checkouts, a tidy) must not

@@ -37,7 +37,10 @@ printf 'subjectAltName=DNS:%s,DNS:%s.%s\nextendedKeyUsage=serverAuth\nbasicConst
 openssl x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
 	-days "$DAYS" -extfile "$dir/ext" -out "$dir/tls.crt" 2>/dev/null
 
-$KUBECTL get namespace "$NAMESPACE" >/dev/null 2>&1 || $KUBECTL create namespace "$NAMESPACE"
+# Applied, not created, so that kubectl apply -k manifests/ takes the
+# namespace over without a warning.
+$KUBECTL get namespace "$NAMESPACE" >/dev/null 2>&1 ||
+	printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n' "$NAMESPACE" | $KUBECTL apply -f -
 $KUBECTL -n "$NAMESPACE" create secret generic "$SECRET" \
 	--from-file=tls.crt="$dir/tls.crt" --from-file=tls.key="$dir/tls.key" --from-file=ca.crt="$dir/ca.crt"
 echo "Secret $NAMESPACE/$SECRET issued for $host"

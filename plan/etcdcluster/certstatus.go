@@ -120,3 +120,55 @@ func (p *planner) wakeForCertificates(d *Decision) {
 		d.ResyncAfter = in
 	}
 }
+
+// certificateStatus lists the certificates as rendered, and what is due.
+func (p *planner) certificateStatus(cs *certificates, a *authority, lead time.Duration) {
+	now := p.o.Now
+	add := func(name, secret string, notAfter time.Time) {
+		renew := notAfter.Add(-lead)
+		cs.status = append(cs.status, v1beta2.CertificateStatus{Name: name, Secret: secret, NotAfter: metav1.NewTime(notAfter), RenewAt: &metav1.Time{Time: renew}})
+		if now.After(renew.Add(overdueAfter(lead))) {
+			cs.overdue = append(cs.overdue, fmt.Sprintf("%s (Secret %q) was due for renewal at %s and expires at %s", name, secret, renew.Format(time.RFC3339), notAfter.Format(time.RFC3339)))
+		}
+		if renew.After(now) && (cs.wake.IsZero() || renew.Before(cs.wake)) {
+			cs.wake = renew
+		}
+	}
+	add("peer-ca", cs.names.CA, a.cur.peer.Cert.NotAfter)
+	add("client-ca", cs.names.CA, a.cur.client.Cert.NotAfter)
+	if a.old != nil && (cs.wake.IsZero() || a.old.notAfter().Before(cs.wake)) {
+		cs.wake = a.old.notAfter()
+	}
+	for _, s := range cs.secrets {
+		for _, k := range []struct{ name, key string }{{"peer", v1beta2.PeerCertKey}, {"server", v1beta2.ServerCertKey}, {"operator", v1beta2.ClientCertKey}} {
+			if pem := s.Data[k.key]; len(pem) > 0 {
+				if leaf, err := cachedKeyPair(s, k.key, ""); err == nil {
+					add(k.name, s.Name, leaf.Cert.NotAfter)
+				}
+			}
+		}
+	}
+}
+
+// overdueAfter is how long past its renewal a certificate may go before
+// CertificatesReady says so: long enough for a CA rotation's restarts.
+func overdueAfter(lead time.Duration) time.Duration { return min(10*time.Minute, lead/2) }
+
+// certificatesCondition is CertificatesReady for spec.TLS.auto.
+func (cs *certificates) condition() condition {
+	switch {
+	case cs.problem != "":
+		return conditionFalse(cs.problem, cs.problemMessage)
+	case len(cs.overdue) > 0:
+		msg := "not renewed in time: " + strings.Join(cs.overdue, "; ")
+		if cs.rotation != "" {
+			msg += "; " + cs.rotation
+		}
+		return conditionFalse(ReasonRenewalOverdue, msg)
+	case !cs.ready:
+		return conditionFalse(ReasonCertificatesIssuing, "issuing the cluster's CAs and certificates (spec.TLS.auto)")
+	case cs.rotation != "":
+		return conditionTrue(ReasonRotatingCA, "every certificate is valid; "+cs.rotation)
+	}
+	return conditionTrue(ReasonCertificatesValid, "every certificate is valid and renewed before it expires")
+}

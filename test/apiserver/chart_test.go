@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,7 +54,7 @@ func TestChart(t *testing.T) {
 		fn   func(*testing.T, *kube, *helmClient)
 	}{
 		{"Install", testChartInstall},
-		{"UpgradeToHTTPS", testChartUpgradeToHTTPS},
+		{"UpgradeKeepsHTTPS", testChartUpgradeKeepsHTTPS},
 		{"UpgradeBackToHTTP", testChartUpgradeBackToHTTP},
 		{"MonitoringAPIAppears", testChartMonitoring},
 		{"Uninstall", testChartUninstall},
@@ -219,6 +220,11 @@ func checkStoredAsRendered(t *testing.T, k *kube, h *helmClient, values ...strin
 	stored := live(t, k, manifest)
 	for _, obj := range rendered(t, k, manifest) {
 		key := objectKey(obj)
+		if key == "Secret/etcd-hook-tls" {
+			// Issued anew by each helm template (it sees no cluster);
+			// servingSecret checks the stored one.
+			delete(obj, "data")
+		}
 		got, ok := stored[key]
 		if !ok {
 			t.Errorf("%s is not stored", key)
@@ -236,11 +242,13 @@ func checkStoredAsRendered(t *testing.T, k *kube, h *helmClient, values ...strin
 // accepted by them.
 func testChartInstall(t *testing.T, k *kube, h *helmClient) {
 	out := h.install(t)
-	// NOTES.txt renders, and names the webhook URL.
-	if want := "it calls the hook at http://etcd-hook.etcd-hook."; !strings.Contains(out, want) {
+	// NOTES.txt renders, and names the webhook URL: HTTPS by default.
+	if want := "it calls the hook at https://etcd-hook.etcd-hook.svc:443"; !strings.Contains(out, want) {
 		t.Errorf("helm install does not print %q:\n%s", want, out)
 	}
 	stored := checkStoredAsRendered(t, k, h)
+	installedCert = servingSecret(t, k)
+	syncOverTLS(t, k, installedCert)
 	var kinds []string
 	for key := range stored {
 		kinds = append(kinds, strings.SplitN(key, "/", 2)[0])
@@ -312,13 +320,18 @@ func testChartMonitoring(t *testing.T, k *kube, h *helmClient) {
 	}
 }
 
-// testChartUpgradeToHTTPS: helm upgrade with tls.enabled moves every
-// webhook of the three CompositeControllers to https with the CA of the
-// Secret, as manifests/tls does, and leaves the EtcdCluster alone.
-func testChartUpgradeToHTTPS(t *testing.T, k *kube, h *helmClient) {
+// testChartUpgradeKeepsHTTPS: helm upgrade keeps every webhook of the
+// three CompositeControllers on https with the CA of the Secret, as
+// manifests/ does, keeps the serving certificate the install issued byte
+// for byte (Metacontroller trusts its CA), and leaves the EtcdCluster
+// alone.
+func testChartUpgradeKeepsHTTPS(t *testing.T, k *kube, h *helmClient) {
 	before := resourceVersionOf(t, k, chartReleaseNamespace, "etcd/"+seedName)
 	h.upgrade(t, chartTLS...)
 	stored := checkStoredAsRendered(t, k, h, chartTLS...)
+	if got := servingSecret(t, k); !maps.EqualFunc(got, installedCert, bytes.Equal) {
+		t.Errorf("helm upgrade issued a new serving certificate: Metacontroller, which read the CA when it created its controllers, would distrust the hook")
+	}
 	for key, obj := range stored {
 		if !strings.HasPrefix(key, "CompositeController/") {
 			continue
@@ -338,10 +351,9 @@ func testChartUpgradeToHTTPS(t *testing.T, k *kube, h *helmClient) {
 	}
 }
 
-// testChartUpgradeBackToHTTP: an upgrade with tls.enabled=false takes
-// away what HTTPS added (Helm's three-way merge), so that nothing is left
-// of it. (A helm upgrade given no values at all reuses the release's last
-// ones, and so would stay on HTTPS.)
+// testChartUpgradeBackToHTTP: an upgrade to the plain HTTP opt-out
+// (tls.enabled=false) takes away what HTTPS added (Helm's three-way
+// merge), the issued Secret included, so that nothing is left of it.
 func testChartUpgradeBackToHTTP(t *testing.T, k *kube, h *helmClient) {
 	plain := []string{"--set", "tls.enabled=false"}
 	h.upgrade(t, plain...)
@@ -360,6 +372,9 @@ func testChartUpgradeBackToHTTP(t *testing.T, k *kube, h *helmClient) {
 	}
 	if ports, _ := lookupPath(stored["Service/etcd-hook"], ".spec.ports").([]any); len(ports) != 1 {
 		t.Errorf("Service etcd-hook: ports %s after the upgrade back to plain HTTP, want http alone", jsonString(t, ports))
+	}
+	if r := k.kubectl(t, "", "get", "secret", "etcd-hook-tls", "-n", chartHookNamespace); r.code == 0 {
+		t.Errorf("the serving certificate the chart issued is left after the upgrade to plain HTTP")
 	}
 }
 
@@ -406,6 +421,9 @@ func testChartUninstall(t *testing.T, k *kube, h *helmClient) {
 // change (their generation stays), so Metacontroller would not even
 // restart them, and the EtcdCluster is not touched.
 func testChartAdopt(t *testing.T, k *kube, h *helmClient) {
+	// The install page's two commands: the serving certificate, then the
+	// manifests.
+	issued := issueCertificate(t, k)
 	noWarnings(t, k.mustKubectl(t, "", "apply", "--validate=strict", "-k", "manifests/"))
 	noWarnings(t, k.mustKubectl(t, "", "apply", "--validate=strict", "-n", chartReleaseNamespace,
 		"-f", filepath.Join(examplesDir, seedExample)))
@@ -417,14 +435,20 @@ func testChartAdopt(t *testing.T, k *kube, h *helmClient) {
 	}
 	cluster := resourceVersionOf(t, k, chartReleaseNamespace, "etcd/"+seedName)
 
-	// The README's two commands.
+	// The README's commands.
 	rendering := k.mustKubectl(t, "", "kustomize", "manifests/").stdout
 	k.mustKubectl(t, rendering, "annotate", "--overwrite", "-f", "-",
 		"meta.helm.sh/release-name="+chartRelease, "meta.helm.sh/release-namespace="+chartReleaseNamespace)
 	k.mustKubectl(t, rendering, "label", "--overwrite", "-f", "-", "app.kubernetes.io/managed-by=Helm")
+	k.mustKubectl(t, "", "annotate", "--overwrite", "secret", "etcd-hook-tls", "-n", chartHookNamespace,
+		"meta.helm.sh/release-name="+chartRelease, "meta.helm.sh/release-namespace="+chartReleaseNamespace)
+	k.mustKubectl(t, "", "label", "--overwrite", "secret", "etcd-hook-tls", "-n", chartHookNamespace, "app.kubernetes.io/managed-by=Helm")
 
 	h.install(t)
 	checkStoredAsRendered(t, k, h)
+	if got := servingSecret(t, k); !maps.EqualFunc(got, issued, bytes.Equal) {
+		t.Errorf("helm install replaced the serving certificate issue-certificate.sh made: Metacontroller would distrust the hook")
+	}
 	for name, before := range generations {
 		var obj map[string]any
 		unmarshal(t, k.mustKubectl(t, "", "get", "compositecontroller.metacontroller.k8s.io/"+name, "-o", "json").stdout, &obj)

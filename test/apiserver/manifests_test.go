@@ -132,8 +132,17 @@ func testInstall(t *testing.T, k *kube, crds string) {
 		}
 	}
 	var want, live map[string]any
-	unmarshal(t, k.mustKubectl(t, "", "create", "--dry-run=client", "-o", "json",
-		"-f", "manifests/metacontroller/compositecontroller.yaml").stdout, &want)
+	for _, obj := range rendered(t, k, k.mustKubectl(t, "", "kustomize", "manifests/").stdout) {
+		if obj["kind"] == "CompositeController" && lookupPath(obj, ".metadata.name") == "etcd-hook" {
+			want = obj
+		}
+	}
+	if want == nil {
+		t.Fatal("kubectl kustomize manifests/ renders no CompositeController etcd-hook")
+	}
+	if url, _ := lookupPath(want, ".spec.hooks.sync.webhook.url").(string); !strings.HasPrefix(url, "https://") {
+		t.Errorf("kubectl apply -k manifests/ has Metacontroller call the hook at %q: the default install must be HTTPS", url)
+	}
 	unmarshal(t, k.mustKubectl(t, "", "get", metacontrolCR, "-o", "json").stdout, &live)
 	// Metacontroller's schema defaults hooks.*.version; it must drop or
 	// change nothing that the manifest says.

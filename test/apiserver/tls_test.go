@@ -25,9 +25,10 @@ var certManagerCRDs = []string{"certificates.cert-manager.io", "issuers.cert-man
 // side and server-side with strict field validation and no warning: the
 // CompositeControllers' https webhooks and endpointConfigs with a caBundle
 // are accepted by Metacontroller's real schema and stored as written. Then
-// it applies manifests/ again, which takes the install back to plain HTTP
-// with nothing left over, so that steps after this one see what Install
-// made.
+// it applies the plain HTTP opt-out (manifests/plain-http), which takes
+// the install to plain HTTP with nothing of HTTPS left over, and
+// manifests/ again, the HTTPS default, so that steps after this one see
+// what Install made.
 func testTLSOverlays(t *testing.T, k *kube) {
 	t.Run("tls", func(t *testing.T) {
 		noWarnings(t, k.mustKubectl(t, "", "apply", "--validate=strict", "-k", tlsOverlay))
@@ -52,19 +53,34 @@ func testTLSOverlays(t *testing.T, k *kube) {
 		checkTLSControllers(t, k, certManagerOverlay)
 	})
 
-	t.Run("back to plain HTTP", func(t *testing.T) {
-		k.mustKubectl(t, "", "apply", "--validate=strict", "-k", "manifests/")
-		k.mustKubectl(t, "", "apply", "--server-side", "--validate=strict", "-k", "manifests/")
-		for _, args := range [][]string{{"diff", "-k", "manifests/"}, {"diff", "--server-side", "-k", "manifests/"}} {
+	t.Run("the plain HTTP opt-out", func(t *testing.T) {
+		const plain = "manifests/plain-http"
+		noWarnings(t, k.mustKubectl(t, "", "apply", "--validate=strict", "-k", plain))
+		k.mustKubectl(t, "", "apply", "--server-side", "--validate=strict", "-k", plain)
+		for _, args := range [][]string{{"diff", "-k", plain}, {"diff", "--server-side", "-k", plain}} {
 			if r := k.kubectl(t, "", args...); r.code != 0 || r.stdout != "" {
-				t.Errorf("drift after applying manifests/ over %s:\n%s", tlsOverlay, r)
+				t.Errorf("drift after applying %s over %s:\n%s", plain, tlsOverlay, r)
 			}
 		}
 		var live map[string]any
 		unmarshal(t, k.mustKubectl(t, "", "get", metacontrolCR, "-o", "json").stdout, &live)
 		if got := lookupPath(live, ".spec.endpointConfigs"); got != nil {
-			t.Errorf("spec.endpointConfigs %s left over after applying manifests/ again", jsonString(t, got))
+			t.Errorf("spec.endpointConfigs %s left over after applying %s", jsonString(t, got), plain)
 		}
+		if url, _ := lookupPath(live, ".spec.hooks.sync.webhook.url").(string); !strings.HasPrefix(url, "http://") {
+			t.Errorf("%s: the sync webhook is %q, want plain http", plain, url)
+		}
+	})
+
+	t.Run("back to the HTTPS default", func(t *testing.T) {
+		noWarnings(t, k.mustKubectl(t, "", "apply", "--validate=strict", "-k", "manifests/"))
+		k.mustKubectl(t, "", "apply", "--server-side", "--validate=strict", "-k", "manifests/")
+		for _, args := range [][]string{{"diff", "-k", "manifests/"}, {"diff", "--server-side", "-k", "manifests/"}} {
+			if r := k.kubectl(t, "", args...); r.code != 0 || r.stdout != "" {
+				t.Errorf("drift after applying manifests/ over the plain HTTP opt-out:\n%s", r)
+			}
+		}
+		checkTLSControllers(t, k, "manifests/")
 	})
 }
 
