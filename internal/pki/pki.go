@@ -31,6 +31,13 @@ type KeyPair struct {
 	CertPEM []byte
 	KeyPEM  []byte
 	signer  crypto.Signer
+	// fingerprint is Fingerprint, worked out once.
+	fingerprint string
+}
+
+// CertOnly is the pair without its key: a CA kept for trust only.
+func (k *KeyPair) CertOnly() *KeyPair {
+	return &KeyPair{Cert: k.Cert, CertPEM: k.CertPEM, fingerprint: k.fingerprint}
 }
 
 // CanSign reports whether the pair holds its private key.
@@ -39,7 +46,14 @@ func (k *KeyPair) CanSign() bool { return k != nil && k.signer != nil }
 // Fingerprint is the SHA-256 of the certificate, hex, first 16 bytes: what
 // a Pod annotation records of the CA it trusts.
 func (k *KeyPair) Fingerprint() string {
-	sum := sha256.Sum256(k.Cert.Raw)
+	if k.fingerprint != "" {
+		return k.fingerprint
+	}
+	return fingerprintOf(k.Cert)
+}
+
+func fingerprintOf(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.Raw)
 	return hex.EncodeToString(sum[:16])
 }
 
@@ -133,10 +147,11 @@ func sign(tmpl, parent *x509.Certificate, key *ecdsa.PrivateKey, parentKey crypt
 		return nil, fmt.Errorf("encoding the key of %q: %w", tmpl.Subject.CommonName, err)
 	}
 	return &KeyPair{
-		Cert:    cert,
-		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-		signer:  key,
+		Cert:        cert,
+		CertPEM:     pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		KeyPEM:      pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+		signer:      key,
+		fingerprint: fingerprintOf(cert),
 	}, nil
 }
 
@@ -156,7 +171,7 @@ func Parse(certPEM, keyPEM []byte) (*KeyPair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the certificate does not parse: %w", err)
 	}
-	k := &KeyPair{Cert: cert, CertPEM: pem.EncodeToMemory(block)}
+	k := &KeyPair{Cert: cert, CertPEM: pem.EncodeToMemory(block), fingerprint: fingerprintOf(cert)}
 	if len(keyPEM) == 0 {
 		return k, nil
 	}

@@ -126,6 +126,14 @@ type certificates struct {
 	overdue []string
 	// wake is the next moment something is due.
 	wake time.Time
+	// leaves are the leaves as rendered, when they were (not while a new
+	// CA waits to be stored).
+	leaves []leafExpiry
+}
+
+type leafExpiry struct {
+	name, secret string
+	notAfter     time.Time
 }
 
 // planCertificates decides the Secret children of spec.TLS.auto.
@@ -188,7 +196,7 @@ func (p *planner) planCertificates() *certificates {
 	cs.secrets = append(cs.secrets, p.caSecret(cs.names.CA, auth))
 	cs.ready = true
 	for _, leaf := range p.leafSpecs(cs.names, auth) {
-		s, err := p.renderLeaf(leaf, auth, lead)
+		s, notAfter, err := p.renderLeaf(leaf, auth, lead)
 		if err != nil {
 			cs.problem, cs.problemMessage = ReasonCASecretInvalid, err.Error()
 			return cs
@@ -197,6 +205,7 @@ func (p *planner) planCertificates() *certificates {
 			cs.ready = false
 		}
 		cs.secrets = append(cs.secrets, s)
+		cs.leaves = append(cs.leaves, leafExpiry{leaf.name, leaf.secret, notAfter})
 	}
 	p.certificateStatus(cs, auth, lead)
 	return cs
@@ -237,24 +246,24 @@ func (p *planner) observedAuthority(names v1beta2.TLSSecretNames) (*authority, e
 		}
 		pair, err := parsePair(peer, v1beta2.PeerCAKey, "", server, v1beta2.ServerCAKey, "")
 		if err != nil {
-			return nil, fmt.Errorf("Secret %q is gone, and the CAs the members trust cannot be read from their Secrets: %w", names.CA, err)
+			return nil, fmt.Errorf("the CA Secret %q is gone, and the CAs the members trust cannot be read from their Secrets: %w", names.CA, err)
 		}
 		// Made for whatever is asked now: only a lost key rotates.
 		return &authority{cur: pair, madeFor: p.rotateRequest()}, nil
 	}
 	cur, err := parsePair(s, caPeerCert, caPeerKey, s, caClientCert, caClientKey)
 	if err != nil {
-		return nil, fmt.Errorf("Secret %q: %w; delete it to have the CAs made again (the members then restart, one at a time, to trust the new ones)", names.CA, err)
+		return nil, fmt.Errorf("the CA Secret %q: %w; delete it to have the CAs made again (the members then restart, one at a time, to trust the new ones)", names.CA, err)
 	}
 	auth := &authority{cur: cur, madeFor: s.Annotations[AnnotationCAMadeFor]}
 	if len(s.Data[nextCA+caPeerCert]) > 0 {
 		if auth.next, err = parsePair(s, nextCA+caPeerCert, nextCA+caPeerKey, s, nextCA+caClientCert, nextCA+caClientKey); err != nil {
-			return nil, fmt.Errorf("Secret %q, the CA being brought in: %w", names.CA, err)
+			return nil, fmt.Errorf("the CA Secret %q, the CA being brought in: %w", names.CA, err)
 		}
 	}
 	if len(s.Data[oldCA+caPeerCert]) > 0 {
 		if auth.old, err = parsePair(s, oldCA+caPeerCert, "", s, oldCA+caClientCert, ""); err != nil {
-			return nil, fmt.Errorf("Secret %q, the CA on its way out: %w", names.CA, err)
+			return nil, fmt.Errorf("the CA Secret %q, the CA on its way out: %w", names.CA, err)
 		}
 	}
 	return auth, nil
@@ -287,7 +296,7 @@ func parseCA(s *corev1.Secret, certKey, keyKey string) (*pki.KeyPair, error) {
 }
 
 func trustOnly(c *caPair) *caPair {
-	return &caPair{peer: &pki.KeyPair{Cert: c.peer.Cert, CertPEM: c.peer.CertPEM}, client: &pki.KeyPair{Cert: c.client.Cert, CertPEM: c.client.CertPEM}}
+	return &caPair{peer: c.peer.CertOnly(), client: c.client.CertOnly()}
 }
 
 func newCAPair(c *v1beta2.EtcdCluster, now, notAfter time.Time) (*caPair, error) {
@@ -346,5 +355,12 @@ func (p *planner) keepLeafSecrets(cs *certificates) {
 			continue
 		}
 		cs.secrets = append(cs.secrets, p.secretChild(name, s.Data))
+		for _, k := range []struct{ name, key string }{{"peer", v1beta2.PeerCertKey}, {"server", v1beta2.ServerCertKey}, {"operator", v1beta2.ClientCertKey}} {
+			if len(s.Data[k.key]) > 0 {
+				if leaf, err := cachedKeyPair(s, k.key, ""); err == nil {
+					cs.leaves = append(cs.leaves, leafExpiry{k.name, name, leaf.Cert.NotAfter})
+				}
+			}
+		}
 	}
 }

@@ -37,7 +37,7 @@ func autoCluster(size int, claims bool) *v1beta2.EtcdCluster {
 }
 
 // secretsIn are the Secret children of an answer, by name.
-func secretsIn(t *testing.T, d Decision) map[string]*corev1.Secret {
+func secretsIn(t testing.TB, d Decision) map[string]*corev1.Secret {
 	t.Helper()
 	out := map[string]*corev1.Secret{}
 	for _, c := range d.Children {
@@ -64,7 +64,7 @@ var secretVersions atomic.Int64
 // applySecrets does what Metacontroller and the API server would: the
 // answer's Secrets become the observed children, each with a UID and a
 // resourceVersion that moves when its data does.
-func applySecrets(t *testing.T, o *Observed, d Decision) {
+func applySecrets(t testing.TB, o *Observed, d Decision) {
 	t.Helper()
 	next := map[string]*corev1.Secret{}
 	for name, s := range secretsIn(t, d) {
@@ -81,7 +81,7 @@ func applySecrets(t *testing.T, o *Observed, d Decision) {
 	o.SecretChildren = next
 }
 
-func certOf(t *testing.T, data []byte) *x509.Certificate {
+func certOf(t testing.TB, data []byte) *x509.Certificate {
 	t.Helper()
 	block, _ := pem.Decode(data)
 	if block == nil {
@@ -107,7 +107,7 @@ func verifies(t *testing.T, s *corev1.Secret, leafKey string, bundle []byte, usa
 
 // issuedAuto runs the first two syncs of a new auto cluster: the CAs, then
 // the leaves, each applied.
-func issuedAuto(t *testing.T, c *v1beta2.EtcdCluster) *Observed {
+func issuedAuto(t testing.TB, c *v1beta2.EtcdCluster) *Observed {
 	t.Helper()
 	o := observed(c)
 	for range 2 {
@@ -236,9 +236,12 @@ func TestAutoTLSNeverSignsWithAnUnobservedCA(t *testing.T) {
 
 // runningAuto is a running auto-TLS cluster of ready members on claims,
 // m0 the leader, whose Pods were rendered with the current CA.
-func runningAuto(t *testing.T, size int) *Observed {
+func runningAuto(t testing.TB, size int) *Observed { return runningAutoOn(t, size, true) }
+
+// runningAutoOn is runningAuto, with the members' data on claims or not.
+func runningAutoOn(t testing.TB, size int, claims bool) *Observed {
 	t.Helper()
-	c := autoCluster(size, true)
+	c := autoCluster(size, claims)
 	c.Status.Phase = v1beta2.PhaseRunning
 	o := issuedAuto(t, c)
 	o.Membership = memberList(1)
@@ -249,12 +252,14 @@ func runningAuto(t *testing.T, size int) *Observed {
 	marker := peerCA.Fingerprint()
 	for i := range size {
 		pod := trusting(onSpec(readyPod(name(i)), c.Spec), marker)
-		pod.Spec.Volumes = []corev1.Volume{{Name: dataVolume, VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name(i)},
-		}}}
+		if claims {
+			pod.Spec.Volumes = []corev1.Volume{{Name: dataVolume, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name(i)},
+			}}}
+			o.PVCs[name(i)] = &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: testNS}}
+		}
 		addTLS(pod, c.TLSSecrets())
 		o.Pods[name(i)] = pod
-		o.PVCs[name(i)] = &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: testNS}}
 		o.Membership.Members = append(o.Membership.Members, member(uint64(i+1), name(i)))
 	}
 	return o

@@ -22,6 +22,8 @@ import (
 // leafSpec is one leaf Secret: its keys, what it is issued for, and which
 // CA signs it.
 type leafSpec struct {
+	// name is the certificate's in status.TLS.
+	name                   string
 	secret                 string
 	certKey, keyKey, caKey string
 	req                    pki.LeafRequest
@@ -57,12 +59,12 @@ func (p *planner) leafSpecs(names v1beta2.TLSSecretNames, _ *authority) []leafSp
 	// needs a certificate of the peer CA anyway.
 	loopback := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	return []leafSpec{
-		{secret: names.Peer, certKey: v1beta2.PeerCertKey, keyKey: v1beta2.PeerKeyKey, caKey: v1beta2.PeerCAKey, peer: true,
+		{name: "peer", secret: names.Peer, certKey: v1beta2.PeerCertKey, keyKey: v1beta2.PeerKeyKey, caKey: v1beta2.PeerCAKey, peer: true,
 			req: pki.LeafRequest{CommonName: c.Name + " peer", DNSNames: members, IPs: loopback, Usage: pki.Server | pki.Client}},
 		// Client as well: etcd's gRPC gateway dials its own port with it.
-		{secret: names.Server, certKey: v1beta2.ServerCertKey, keyKey: v1beta2.ServerKeyKey, caKey: v1beta2.ServerCAKey,
+		{name: "server", secret: names.Server, certKey: v1beta2.ServerCertKey, keyKey: v1beta2.ServerKeyKey, caKey: v1beta2.ServerCAKey,
 			req: pki.LeafRequest{CommonName: c.Name + " server", DNSNames: server, IPs: loopback, Usage: pki.Server | pki.Client}},
-		{secret: names.Operator, certKey: v1beta2.ClientCertKey, keyKey: v1beta2.ClientKeyKey, caKey: v1beta2.ClientCAKey,
+		{name: "operator", secret: names.Operator, certKey: v1beta2.ClientCertKey, keyKey: v1beta2.ClientKeyKey, caKey: v1beta2.ClientCAKey,
 			req: pki.LeafRequest{CommonName: OperatorCommonName, Usage: pki.Client}},
 	}
 }
@@ -72,7 +74,7 @@ func (p *planner) leafSpecs(names v1beta2.TLSSecretNames, _ *authority) []leafSp
 // is due while a CA rotation is under way waits for the new CA rather
 // than be issued again under the one going out (it could only be cut to
 // that CA's expiry, which is due too).
-func (p *planner) renderLeaf(l leafSpec, a *authority, lead time.Duration) (*corev1.Secret, error) {
+func (p *planner) renderLeaf(l leafSpec, a *authority, lead time.Duration) (*corev1.Secret, time.Time, error) {
 	pick := func(c *caPair) *pki.KeyPair {
 		if c == nil {
 			return nil
@@ -91,16 +93,16 @@ func (p *planner) renderLeaf(l leafSpec, a *authority, lead time.Duration) (*cor
 		if (v.good && (!due || a.next != nil)) || (!ca.CanSign() && v.parses && now.Before(v.notAfter)) {
 			data := maps.Clone(s.Data)
 			data[l.caKey] = bundle
-			return p.secretChild(l.secret, data), nil
+			return p.secretChild(l.secret, data), v.notAfter, nil
 		}
 	}
 	req := l.req
 	req.NotAfter = now.Add(p.spec.TLS.Auto.LeafValidity())
 	leaf, err := ca.Issue(req, now)
 	if err != nil {
-		return nil, fmt.Errorf("issuing Secret %q: %w", l.secret, err)
+		return nil, time.Time{}, fmt.Errorf("issuing Secret %q: %w", l.secret, err)
 	}
-	return p.secretChild(l.secret, map[string][]byte{l.certKey: leaf.CertPEM, l.keyKey: leaf.KeyPEM, l.caKey: bundle}), nil
+	return p.secretChild(l.secret, map[string][]byte{l.certKey: leaf.CertPEM, l.keyKey: leaf.KeyPEM, l.caKey: bundle}), leaf.Cert.NotAfter, nil
 }
 
 // leafVerdict is what an observed leaf Secret holds.

@@ -139,14 +139,8 @@ func (p *planner) certificateStatus(cs *certificates, a *authority, lead time.Du
 	if a.old != nil && (cs.wake.IsZero() || a.old.notAfter().Before(cs.wake)) {
 		cs.wake = a.old.notAfter()
 	}
-	for _, s := range cs.secrets {
-		for _, k := range []struct{ name, key string }{{"peer", v1beta2.PeerCertKey}, {"server", v1beta2.ServerCertKey}, {"operator", v1beta2.ClientCertKey}} {
-			if pem := s.Data[k.key]; len(pem) > 0 {
-				if leaf, err := cachedKeyPair(s, k.key, ""); err == nil {
-					add(k.name, s.Name, leaf.Cert.NotAfter)
-				}
-			}
-		}
+	for _, l := range cs.leaves {
+		add(l.name, l.secret, l.notAfter)
 	}
 }
 

@@ -39,7 +39,7 @@ func secret(name string, data map[string][]byte) *corev1.Secret {
 }
 
 // issued are valid Secrets for the test cluster, issued once per run.
-func issued(t *testing.T) map[string]*corev1.Secret {
+func issued(t testing.TB) map[string]*corev1.Secret {
 	t.Helper()
 	ca, err := tlstest.NewCA("test ca")
 	if err != nil {
