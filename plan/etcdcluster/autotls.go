@@ -107,6 +107,10 @@ type authority struct {
 	cur, next, old *caPair
 	// madeFor is AnnotationCAMadeFor.
 	madeFor string
+	// observed is the CA Secret it was read from, and changed says the
+	// sync changed it since: an unchanged one is answered with its data.
+	observed *corev1.Secret
+	changed  bool
 }
 
 // certificates is what this sync answers for spec.TLS.auto.
@@ -139,7 +143,7 @@ type leafExpiry struct {
 // planCertificates decides the Secret children of spec.TLS.auto.
 func (p *planner) planCertificates() *certificates {
 	c := p.o.Cluster
-	cs := &certificates{names: c.TLSSecrets()}
+	cs := &certificates{names: p.tlsNames()}
 	for _, name := range []string{cs.names.CA, cs.names.Peer, cs.names.Server, cs.names.Operator} {
 		if s, ok := p.o.Secrets[name]; ok && !p.ownSecret(s) {
 			cs.problem, cs.problemMessage = ReasonTLSSecretTaken, fmt.Sprintf("Secret %q exists in namespace %s and is not this cluster's: spec.TLS.auto renders Secrets of that name; rename or delete it", name, c.Namespace)
@@ -174,7 +178,7 @@ func (p *planner) planCertificates() *certificates {
 		// Only the CA Secret changes: the bundles take the new CA once it
 		// is observed.
 		nextAuth := *auth
-		nextAuth.next, nextAuth.madeFor = next, p.rotateRequest()
+		nextAuth.next, nextAuth.madeFor, nextAuth.changed = next, p.rotateRequest(), true
 		cs.secrets = append(cs.secrets, p.caSecret(cs.names.CA, &nextAuth))
 		cs.trust = auth.cur.fingerprint()
 		cs.rotation = "a new CA is made; the members will be restarted one at a time to trust it"
@@ -182,10 +186,10 @@ func (p *planner) planCertificates() *certificates {
 		p.certificateStatus(cs, auth, lead)
 		return cs
 	case auth.next != nil && p.everyMemberTrusts(auth.next.fingerprint()):
-		auth = &authority{cur: auth.next, old: trustOnly(auth.cur), madeFor: auth.madeFor}
+		auth = &authority{cur: auth.next, old: trustOnly(auth.cur), madeFor: auth.madeFor, changed: true}
 	}
 	if auth.old != nil && !now.Before(auth.old.notAfter()) {
-		auth.old = nil
+		auth.old, auth.changed = nil, true
 	}
 	newest := auth.cur
 	if auth.next != nil {
@@ -195,7 +199,7 @@ func (p *planner) planCertificates() *certificates {
 	cs.trust = newest.fingerprint()
 	cs.secrets = append(cs.secrets, p.caSecret(cs.names.CA, auth))
 	cs.ready = true
-	for _, leaf := range p.leafSpecs(cs.names, auth) {
+	for _, leaf := range p.leafSpecs(cs.names) {
 		s, notAfter, err := p.renderLeaf(leaf, auth, lead)
 		if err != nil {
 			cs.problem, cs.problemMessage = ReasonCASecretInvalid, err.Error()
@@ -255,7 +259,7 @@ func (p *planner) observedAuthority(names v1beta2.TLSSecretNames) (*authority, e
 	if err != nil {
 		return nil, fmt.Errorf("the CA Secret %q: %w; delete it to have the CAs made again (the members then restart, one at a time, to trust the new ones)", names.CA, err)
 	}
-	auth := &authority{cur: cur, madeFor: s.Annotations[AnnotationCAMadeFor]}
+	auth := &authority{cur: cur, madeFor: s.Annotations[AnnotationCAMadeFor], observed: s}
 	if len(s.Data[nextCA+caPeerCert]) > 0 {
 		if auth.next, err = parsePair(s, nextCA+caPeerCert, nextCA+caPeerKey, s, nextCA+caClientCert, nextCA+caClientKey); err != nil {
 			return nil, fmt.Errorf("the CA Secret %q, the CA being brought in: %w", names.CA, err)
@@ -314,6 +318,13 @@ func newCAPair(c *v1beta2.EtcdCluster, now, notAfter time.Time) (*caPair, error)
 
 // caSecret renders the CA Secret of an authority.
 func (p *planner) caSecret(name string, a *authority) *corev1.Secret {
+	if a.observed != nil && !a.changed {
+		s := p.secretChild(name, a.observed.Data)
+		if a.madeFor != "" {
+			s.Annotations = map[string]string{AnnotationCAMadeFor: a.madeFor}
+		}
+		return s
+	}
 	data := map[string][]byte{caPeerCert: a.cur.peer.CertPEM, caClientCert: a.cur.client.CertPEM}
 	if a.cur.canSign() {
 		data[caPeerKey], data[caClientKey] = a.cur.peer.KeyPEM, a.cur.client.KeyPEM
@@ -337,9 +348,13 @@ func (p *planner) rotateRequest() string { return p.o.Cluster.Annotations[Annota
 
 func (p *planner) secretChild(name string, data map[string][]byte) *corev1.Secret {
 	c := p.o.Cluster
+	if p.secretLabels == nil {
+		// One map for every Secret of the answer, which is only encoded.
+		p.secretLabels = selectorLabels(c.Name)
+	}
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: selectorLabels(c.Name)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: p.secretLabels},
 		Type:       corev1.SecretTypeOpaque,
 		Data:       data,
 	}

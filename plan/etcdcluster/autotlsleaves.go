@@ -1,6 +1,7 @@
 package etcdcluster
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"net"
@@ -23,7 +24,10 @@ import (
 // CA signs it.
 type leafSpec struct {
 	// name is the certificate's in status.TLS.
-	name                   string
+	name string
+	// names are the DNS names the leaf carries, joined: part of the key
+	// its verdicts are remembered by.
+	names                  string
 	secret                 string
 	certKey, keyKey, caKey string
 	req                    pki.LeafRequest
@@ -36,12 +40,28 @@ type leafSpec struct {
 // on, and the hook acts as root.
 const OperatorCommonName = "root"
 
-func (p *planner) leafSpecs(names v1beta2.TLSSecretNames, _ *authority) []leafSpec {
+// leafSpecs are the cluster's three leaves. They depend on its name,
+// namespace and domain alone, so they are made once per cluster and kept
+// (leafSpecMemo), not once per sync.
+func (p *planner) leafSpecs(names v1beta2.TLSSecretNames) []leafSpec {
 	c := p.o.Cluster
 	domain := p.spec.Pod.ClusterDomainSuffix()
 	if domain == "" {
 		domain = "cluster.local"
 	}
+	key := c.Namespace + "/" + c.Name + "/" + domain + "/" + names.Peer + "/" + names.Server + "/" + names.Operator
+	if specs, ok := leafSpecMemo.get(key); ok {
+		return specs
+	}
+	specs := makeLeafSpecs(c, domain, names)
+	leafSpecMemo.put(key, specs)
+	return specs
+}
+
+// leafSpecMemo holds leafSpecs by cluster; its entries are only read.
+var leafSpecMemo = newPKIMemo[string, []leafSpec](1 << 14)
+
+func makeLeafSpecs(c *v1beta2.EtcdCluster, domain string, names v1beta2.TLSSecretNames) []leafSpec {
 	// Any member of the peer Service: reverse DNS of a peer's address
 	// gives the name with the domain, the members' URLs the one without.
 	members := []string{
@@ -58,7 +78,7 @@ func (p *planner) leafSpecs(names v1beta2.TLSSecretNames, _ *authority) []leafSp
 	// from anywhere else is checked against the DNS names, and every call
 	// needs a certificate of the peer CA anyway.
 	loopback := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-	return []leafSpec{
+	specs := []leafSpec{
 		{name: "peer", secret: names.Peer, certKey: v1beta2.PeerCertKey, keyKey: v1beta2.PeerKeyKey, caKey: v1beta2.PeerCAKey, peer: true,
 			req: pki.LeafRequest{CommonName: c.Name + " peer", DNSNames: members, IPs: loopback, Usage: pki.Server | pki.Client}},
 		// Client as well: etcd's gRPC gateway dials its own port with it.
@@ -67,6 +87,10 @@ func (p *planner) leafSpecs(names v1beta2.TLSSecretNames, _ *authority) []leafSp
 		{name: "operator", secret: names.Operator, certKey: v1beta2.ClientCertKey, keyKey: v1beta2.ClientKeyKey, caKey: v1beta2.ClientCAKey,
 			req: pki.LeafRequest{CommonName: OperatorCommonName, Usage: pki.Client}},
 	}
+	for i := range specs {
+		specs[i].names = strings.Join(specs[i].req.DNSNames, ",")
+	}
+	return specs
 }
 
 // renderLeaf answers one leaf Secret: the observed one, with the current
@@ -85,14 +109,17 @@ func (p *planner) renderLeaf(l leafSpec, a *authority, lead time.Duration) (*cor
 		return c.client
 	}
 	ca := pick(a.cur)
-	bundle := pki.Bundle(ca, pick(a.next), pick(a.old))
+	bundle := p.bundle(l.peer, ca, pick(a.next), pick(a.old))
 	now := p.o.Now
 	if s, ok := p.o.SecretChildren[l.secret]; ok {
 		v := leafVerdictOf(s, l, ca)
 		due := !now.Before(v.notAfter.Add(-lead))
 		if (v.good && (!due || a.next != nil)) || (!ca.CanSign() && v.parses && now.Before(v.notAfter)) {
-			data := maps.Clone(s.Data)
-			data[l.caKey] = bundle
+			data := s.Data
+			if !bytes.Equal(data[l.caKey], bundle) {
+				data = maps.Clone(s.Data)
+				data[l.caKey] = bundle
+			}
 			return p.secretChild(l.secret, data), v.notAfter, nil
 		}
 	}
@@ -103,6 +130,19 @@ func (p *planner) renderLeaf(l leafSpec, a *authority, lead time.Duration) (*cor
 		return nil, time.Time{}, fmt.Errorf("issuing Secret %q: %w", l.secret, err)
 	}
 	return p.secretChild(l.secret, map[string][]byte{l.certKey: leaf.CertPEM, l.keyKey: leaf.KeyPEM, l.caKey: bundle}), leaf.Cert.NotAfter, nil
+}
+
+// bundle is the trust bundle of the peer or the client CAs, made once a
+// sync.
+func (p *planner) bundle(peer bool, cas ...*pki.KeyPair) []byte {
+	i := 0
+	if peer {
+		i = 1
+	}
+	if p.bundles[i] == nil {
+		p.bundles[i] = pki.Bundle(cas...)
+	}
+	return p.bundles[i]
 }
 
 // leafVerdict is what an observed leaf Secret holds.
@@ -116,12 +156,27 @@ type leafVerdict struct {
 
 // leafVerdicts remembers verdicts by Secret version and CA, so that a
 // steady sync checks no signature: one entry per leaf Secret and CA.
-var leafVerdicts = newPKIMemo[leafVerdict](1 << 16)
+var leafVerdicts = newPKIMemo[verdictKey, leafVerdict](1 << 16)
+
+// verdictKey: a leaf Secret's version, the key of the leaf in it, the CA
+// it must be signed by, and what it must name (leafSpec.names).
+type verdictKey struct {
+	secret                   secretVersion
+	certKey, ca, names, name string
+}
+
+// secretVersion is a Secret's UID and resourceVersion: a Secret changes
+// only with a new resourceVersion.
+type secretVersion struct{ uid, resourceVersion string }
+
+func versionOf(s *corev1.Secret) (secretVersion, bool) {
+	return secretVersion{string(s.UID), s.ResourceVersion}, s.UID != "" && s.ResourceVersion != ""
+}
 
 func leafVerdictOf(s *corev1.Secret, l leafSpec, ca *pki.KeyPair) leafVerdict {
-	key := ""
-	if s.UID != "" && s.ResourceVersion != "" {
-		key = strings.Join([]string{string(s.UID), s.ResourceVersion, l.certKey, ca.Fingerprint(), strings.Join(l.req.DNSNames, ","), l.req.CommonName}, "\x00")
+	version, keyed := versionOf(s)
+	key := verdictKey{version, l.certKey, ca.Fingerprint(), l.names, l.req.CommonName}
+	if keyed {
 		if v, ok := leafVerdicts.get(key); ok {
 			return v
 		}
@@ -132,7 +187,7 @@ func leafVerdictOf(s *corev1.Secret, l leafSpec, ca *pki.KeyPair) leafVerdict {
 		v.good = pki.IssuedBy(leaf.Cert, ca) && leaf.Cert.Subject.CommonName == l.req.CommonName &&
 			sameSet(leaf.Cert.DNSNames, l.req.DNSNames) && len(leaf.Cert.IPAddresses) == len(l.req.IPs)
 	}
-	if key != "" {
+	if keyed {
 		leafVerdicts.put(key, v)
 	}
 	return v
@@ -146,14 +201,19 @@ func sameSet(a, b []string) bool {
 }
 
 // keyPairs remembers parsed certificates and keys by Secret version.
-var keyPairs = newPKIMemo[*pki.KeyPair](1 << 16)
+var keyPairs = newPKIMemo[keyPairKey, *pki.KeyPair](1 << 16)
+
+type keyPairKey struct {
+	secret          secretVersion
+	certKey, keyKey string
+}
 
 // cachedKeyPair parses the certificate under certKey, and its key under
 // keyKey if given.
 func cachedKeyPair(s *corev1.Secret, certKey, keyKey string) (*pki.KeyPair, error) {
-	key := ""
-	if s.UID != "" && s.ResourceVersion != "" {
-		key = strings.Join([]string{string(s.UID), s.ResourceVersion, certKey, keyKey}, "\x00")
+	version, keyed := versionOf(s)
+	key := keyPairKey{version, certKey, keyKey}
+	if keyed {
 		if k, ok := keyPairs.get(key); ok {
 			return k, nil
 		}
@@ -166,7 +226,7 @@ func cachedKeyPair(s *corev1.Secret, certKey, keyKey string) (*pki.KeyPair, erro
 	if err != nil {
 		return nil, err
 	}
-	if key != "" {
+	if keyed {
 		keyPairs.put(key, k)
 	}
 	return k, nil
@@ -175,22 +235,24 @@ func cachedKeyPair(s *corev1.Secret, certKey, keyKey string) (*pki.KeyPair, erro
 // pkiMemo is a bounded map shared by syncs: one entry per Secret version
 // and use, forgotten all at once when full (tens of thousands of Secrets;
 // each is parsed again once).
-type pkiMemo[V any] struct {
+type pkiMemo[K comparable, V any] struct {
 	max int
 	mu  sync.Mutex
-	m   map[string]V
+	m   map[K]V
 }
 
-func newPKIMemo[V any](max int) *pkiMemo[V] { return &pkiMemo[V]{max: max, m: map[string]V{}} }
+func newPKIMemo[K comparable, V any](max int) *pkiMemo[K, V] {
+	return &pkiMemo[K, V]{max: max, m: map[K]V{}}
+}
 
-func (m *pkiMemo[V]) get(key string) (V, bool) {
+func (m *pkiMemo[K, V]) get(key K) (V, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, ok := m.m[key]
 	return v, ok
 }
 
-func (m *pkiMemo[V]) put(key string, v V) {
+func (m *pkiMemo[K, V]) put(key K, v V) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(m.m) >= m.max {

@@ -71,6 +71,12 @@ type planner struct {
 	// ownChildren is set once o's Pods and claims are the planner's own
 	// copies; see editChildren.
 	ownChildren bool
+	// secretLabels are the labels of every Secret child, made once, and
+	// bundles the client and peer trust bundles (autotlsleaves.go).
+	secretLabels map[string]string
+	bundles      [2][]byte
+	// names are the cluster's TLS Secret names, once worked out.
+	names *v1beta2.TLSSecretNames
 	// certs is what this sync renders of spec.TLS.auto; nil without it,
 	// or when the sync is frozen before it is planned.
 	certs *certificates

@@ -122,7 +122,7 @@ func observedPodTLS(pod *corev1.Pod) podTLS {
 // roll; rather than risk a running cluster, the change is refused and the
 // cluster left as it is until the spec matches it again (see the README).
 func (p *planner) tlsChangeRefused() string {
-	names := p.o.Cluster.TLSSecrets()
+	names := p.tlsNames()
 	want := podTLS{peer: names.Peer, server: names.Server}
 	for _, name := range sorted(keysOf(p.o.Pods)) {
 		pod := p.o.Pods[name]
@@ -167,7 +167,7 @@ type namedSecret struct {
 
 func (p *planner) tlsSecrets() []namedSecret {
 	c := p.o.Cluster
-	t := c.TLSSecrets()
+	t := p.tlsNames()
 	if t.Peer == "" && t.Server == "" && t.Operator == "" {
 		return nil
 	}
@@ -205,6 +205,15 @@ func (p *planner) tlsSecretProblems() []string {
 		}
 	}
 	return out
+}
+
+// tlsNames are the cluster's TLS Secret names, worked out once a sync.
+func (p *planner) tlsNames() v1beta2.TLSSecretNames {
+	if p.names == nil {
+		n := p.o.Cluster.TLSSecrets()
+		p.names = &n
+	}
+	return *p.names
 }
 
 // secret is the Secret of that name the request carries: a child (the
