@@ -25,6 +25,8 @@ type Cluster interface {
 	// Apply makes one membership change and returns the member list that
 	// results from it.
 	Apply(ctx context.Context, a membership.Action) ([]membership.Member, error)
+	// Auth reads etcd's authentication: on or off, users and roles.
+	Auth(ctx context.Context) (*membership.AuthState, error)
 }
 
 // Dialer hands out a Cluster for a set of member endpoints.

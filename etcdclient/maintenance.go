@@ -52,6 +52,9 @@ func (c *cluster) maintain(ctx context.Context, a membership.Action) ([]membersh
 		case membership.ActionCancelDowngrade:
 			return cancelDowngrade(ctx, cn)
 		}
+		if a.Type.Auth() {
+			return changeAuth(ctx, cn, a)
+		}
 		return nil
 	})
 	if err != nil {

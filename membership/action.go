@@ -30,7 +30,7 @@ func (t ActionType) Maintenance() bool {
 	case ActionCompact, ActionDefragment, ActionDisarmAlarm, ActionEnableDowngrade, ActionCancelDowngrade:
 		return true
 	}
-	return false
+	return t.Auth()
 }
 
 // Action is the one membership change a sync may make.
@@ -56,6 +56,11 @@ type Action struct {
 	// Endpoint is the member defragment is sent to: a defragmentation
 	// works on the database of the member that receives it.
 	Endpoint string
+	// User, Role and Permission are what an authentication step is about,
+	// and Password a new user's (never printed).
+	User, Role string
+	Permission *Permission
+	Password   string
 	// Reason is why the planner chose this action, for logs and status.
 	Reason string
 	// Step is the Progressing condition's reason while the action is made.
@@ -63,6 +68,9 @@ type Action struct {
 }
 
 func (a Action) String() string {
+	if a.Type.Auth() {
+		return a.authString()
+	}
 	switch a.Type {
 	case ActionAddMember:
 		kind := "voting member"

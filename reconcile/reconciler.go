@@ -59,6 +59,9 @@ func (r *Reconciler) Sync(ctx context.Context, o *etcdcluster.Observed, early *E
 	}
 
 	cluster := r.observe(ctx, o, early)
+	if cluster != nil && o.Membership != nil && etcdcluster.NeedsAuth(o) {
+		r.observeAuth(ctx, o, cluster)
+	}
 	if o.Membership != nil {
 		// Done already if observe waited for the early read.
 		etcdcluster.Derive(o)
@@ -124,6 +127,16 @@ func (r *Reconciler) observe(ctx context.Context, o *etcdcluster.Observed, early
 	ms, err := cluster.Membership(ctx)
 	r.record(o, ms, err)
 	return cluster
+}
+
+// observeAuth reads etcd's authentication, for spec.auth.
+func (r *Reconciler) observeAuth(ctx context.Context, o *etcdcluster.Observed, cluster etcdclient.Cluster) {
+	st, err := cluster.Auth(ctx)
+	o.Auth, o.AuthError = st, ""
+	if err != nil {
+		r.log(o).Warn("cannot read etcd authentication", "error", err)
+		o.AuthError = err.Error()
+	}
 }
 
 func (r *Reconciler) record(o *etcdcluster.Observed, ms *membership.Membership, err error) {

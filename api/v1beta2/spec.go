@@ -21,6 +21,7 @@ const (
 // ClusterSpec is the desired state of an etcd cluster.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.pod) || !has(self.pod.labels) || self.pod.labels.all(k, k != 'app' && k != 'etcd.database.coreos.com/serving' && !k.startsWith('etcd_'))",message="spec.pod.labels: the labels \"app\" and \"etcd.database.coreos.com/serving\" and labels starting with \"etcd_\" are reserved for the hook"
+// +kubebuilder:validation:XValidation:rule="!has(self.auth) || !self.auth.enabled || (has(self.TLS) && (has(self.TLS.auto) || (has(self.TLS.static) && has(self.TLS.static.operatorSecret) && self.TLS.static.operatorSecret != '')))",message="spec.auth.enabled needs spec.TLS (auto, or static with operatorSecret): the hook authenticates as root with its client certificate"
 type ClusterSpec struct {
 	// Size is the number of etcd members, from 1 to 7.
 	// +kubebuilder:validation:Minimum=1
@@ -72,6 +73,11 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.static) || (has(self.static.operatorSecret) && self.static.operatorSecret != '') == (has(self.static.member) && has(self.static.member.serverSecret) && self.static.member.serverSecret != '')",message="spec.TLS.static: operatorSecret and member.serverSecret are set together or not at all"
 	// +optional
 	TLS *TLSPolicy `json:"TLS,omitempty"`
+
+	// Auth turns etcd's authentication on, with the users and roles it
+	// declares (see docs/auth.md).
+	// +optional
+	Auth *AuthSpec `json:"auth,omitempty"`
 
 	// Network fences the members: the NetworkPolicy the hook renders
 	// (see docs/etcdcluster.md, "Network policies").

@@ -123,6 +123,26 @@ type ClusterStatus struct {
 	// spec.TLS.
 	// +optional
 	TLS *TLSStatus `json:"TLS,omitempty"`
+
+	// Auth reports etcd's authentication, with spec.auth.
+	// +optional
+	Auth *AuthStatus `json:"auth,omitempty"`
+}
+
+// AuthStatus is etcd's authentication as the hook last saw it, and the
+// users and roles the hook looks after.
+type AuthStatus struct {
+	// Enabled: etcd's authentication is on.
+	Enabled bool `json:"enabled"`
+	// Users and Roles are those the hook made from spec.auth and looks
+	// after: one the spec no longer names is deleted. Root is not listed.
+	// +optional
+	Users []string `json:"users,omitempty"`
+	// +optional
+	Roles []string `json:"roles,omitempty"`
+	// Pending is the change the hook makes next, while it has one.
+	// +optional
+	Pending string `json:"pending,omitempty"`
 }
 
 // TLSStatus is what the hook sees of the cluster's certificates.

@@ -48,6 +48,7 @@ func (s *ClusterSpec) validate(path *field.Path) field.ErrorList {
 		errs = append(errs, validateObjectName(path.Child("disasterRecovery", "backup"), dr.Backup)...)
 	}
 	errs = append(errs, s.TLS.validate(path.Child("TLS"))...)
+	errs = append(errs, s.Auth.validate(path.Child("auth"), s.TLS)...)
 	errs = append(errs, s.Etcd.validate(path.Child("etcd"), s.WithDefaults().Version)...)
 	errs = append(errs, s.Housekeeping.validate(path.Child("housekeeping"), s.WithDefaults().Version)...)
 	if s.Pod != nil {

@@ -2,6 +2,7 @@ package etcdcluster
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -199,13 +200,14 @@ func (p *planner) planCertificates() *certificates {
 	cs.trust = newest.fingerprint()
 	cs.secrets = append(cs.secrets, p.caSecret(cs.names.CA, auth))
 	cs.ready = true
-	for _, leaf := range p.leafSpecs(cs.names) {
+	for _, leaf := range append(p.leafSpecs(cs.names), p.userLeafSpecs()...) {
 		s, notAfter, err := p.renderLeaf(leaf, auth, lead)
 		if err != nil {
 			cs.problem, cs.problemMessage = ReasonCASecretInvalid, err.Error()
 			return cs
 		}
-		if _, observed := p.o.SecretChildren[leaf.secret]; !observed {
+		if _, observed := p.o.SecretChildren[leaf.secret]; !observed && !strings.HasPrefix(leaf.name, "user:") {
+			// A user's certificate is no member's: members go on without.
 			cs.ready = false
 		}
 		cs.secrets = append(cs.secrets, s)

@@ -101,6 +101,22 @@ func (p *planner) secretChildren() []plan.Child {
 		}
 		return out
 	}
+	if p.spec.Auth != nil && p.certs == nil && p.planned {
+		// Password users' Secrets, and the cluster's other Secret children
+		// (none without spec.TLS.auto) as they are.
+		out := []plan.Child{}
+		rendered := map[string]bool{}
+		for _, s := range p.passwordSecrets() {
+			rendered[s.Name] = true
+			out = append(out, plan.Child{Kind: plan.KindSecret, Name: s.Name, Object: s})
+		}
+		for _, name := range sorted(keysOf(p.o.SecretChildren)) {
+			if s := p.o.SecretChildren[name]; !rendered[name] && !strings.HasPrefix(name, UserSecretName(p.o.Cluster.Name, "")) {
+				out = append(out, plan.Keep(plan.KindSecret, name, s.Annotations, func() any { return s }))
+			}
+		}
+		return out
+	}
 	out := make([]plan.Child, 0, len(p.o.SecretChildren))
 	for _, name := range sorted(keysOf(p.o.SecretChildren)) {
 		s := p.o.SecretChildren[name]

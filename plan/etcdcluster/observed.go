@@ -35,6 +35,11 @@ type Observed struct {
 	Membership *membership.Membership
 	// MembershipError says why Membership is nil; it goes into status.
 	MembershipError string
+	// Auth is etcd's authentication, read when spec.auth is set or the
+	// status says the hook looked after it (NeedsAuth); nil otherwise, or
+	// when it could not be read (AuthError says why).
+	Auth      *membership.AuthState
+	AuthError string
 
 	Finalizing bool
 	Now        time.Time
@@ -66,4 +71,11 @@ type Observed struct {
 
 	// derived is what Derive worked out ahead of planning; see derived.go.
 	derived *derived
+}
+
+// NeedsAuth reports whether a sync must read etcd's authentication: the
+// spec declares it, or the hook looked after it before (to turn it off,
+// or delete what the spec dropped).
+func NeedsAuth(o *Observed) bool {
+	return o.Cluster.Spec.Auth != nil || o.Cluster.Status.Auth != nil
 }

@@ -71,6 +71,9 @@ type planner struct {
 	// ownChildren is set once o's Pods and claims are the planner's own
 	// copies; see editChildren.
 	ownChildren bool
+	// planned: the spec is valid, so the Secrets it asks for are rendered
+	// even when the rest of the sync is frozen.
+	planned bool
 	// secretLabels are the labels of every Secret child, made once, and
 	// bundles the client and peer trust bundles (autotlsleaves.go).
 	secretLabels map[string]string
@@ -111,6 +114,7 @@ func Plan(observed *Observed) (d Decision) {
 	case len(o.SpecErrors) > 0:
 		return p.frozen(ReasonInvalidSpec, "the spec is invalid, so the cluster is left as it is: "+o.SpecErrors.ToAggregate().Error())
 	}
+	p.planned = true
 	if msg := p.tlsChangeRefused(); msg != "" {
 		return p.frozen(ReasonTLSChangeRefused, msg+"; the cluster is left as it is")
 	}

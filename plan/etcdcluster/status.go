@@ -148,6 +148,7 @@ func (p *planner) status(r observation) v1beta2.ClusterStatus {
 		Housekeeping:       p.housekeepingRecord(),
 	}
 	st.TLS = p.tlsStatus()
+	st.Auth = p.authStatus(nil)
 	if rs := p.restoreStatus; rs != nil && rs.Phase == v1beta2.RestoreRestoring && p.rec != nil && p.rec.Restore != nil &&
 		p.rec.Restore.Request == rs.Request && r.phase == v1beta2.PhaseRunning && len(r.ready) == p.spec.Size && r.size == p.spec.Size {
 		done := *rs

@@ -64,6 +64,11 @@ func (p *planner) withMembership() Decision {
 	}
 	d.Action = step.action
 	d.Status = p.status(r)
+	if a := d.Action; a != nil && a.Type.Auth() && d.Status.Auth != nil {
+		pending := *d.Status.Auth
+		pending.Pending = a.String()
+		d.Status.Auth = &pending
+	}
 	return d
 }
 
@@ -235,8 +240,12 @@ func (p *planner) nextStep(views []memberView, upgrade upgradeState, rollout rol
 	case len(rollout.pending) > 0 || rollout.halted != "" || rollout.rolling != "":
 		return p.rollout(views, leader, rollout)
 	}
-	// Last: etcd's own housekeeping, on a cluster that matches its spec.
+	// Last: etcd's own housekeeping, on a cluster that matches its spec,
+	// then its authentication (auth.go).
 	if step, ok := p.housekeeping(views, leader); ok {
+		return step
+	}
+	if step, ok := p.authStep(leader); ok {
 		return step
 	}
 	return stepResult{}
@@ -394,5 +403,9 @@ func (p *planner) reportOutcome(out Outcome) stepResult {
 		msg := fmt.Sprintf("%s failed: %v", out.Action, out.Err)
 		return stepResult{progressing: conditionTrue(ReasonActionFailed, msg), resync: resyncTrouble}
 	}
-	return stepResult{progressing: conditionTrue(out.Action.Step, out.Action.Reason+" ("+out.Action.Name+")"), resync: resyncAfterAction}
+	msg := out.Action.Reason
+	if out.Action.Name != "" {
+		msg += " (" + out.Action.Name + ")"
+	}
+	return stepResult{progressing: conditionTrue(out.Action.Step, msg), resync: resyncAfterAction}
 }
