@@ -308,6 +308,7 @@ func TestExamples(t *testing.T) {
 		"example-etcd-cluster.yaml":       {"example-etcd-cluster", "3.2.13", 3},
 		"example-tls-cluster.yaml":        {"example", "3.2.13", 3},
 		"example-auto-tls-cluster.yaml":   {"example-auto-tls", "", 3},
+		"example-auth-cluster.yaml":       {"example-auth", "", 3},
 		"example-pod-policy.yaml":         {"example-pod-policy", "3.7.3", 3},
 		"example-persistent-cluster.yaml": {"example-persistent-cluster", "3.7.3", 3},
 		"example-etcd-settings.yaml":      {"example-etcd-settings", "3.7.3", 3},
