@@ -1,6 +1,8 @@
 package etcdcluster
 
 import (
+	"encoding/json"
+
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,10 +24,33 @@ import (
 // NetworkPolicy never blocks. A port the policy does not list is closed.
 
 // networkPolicy is the fence, or nil with spec.network.policies false.
+// It depends on the cluster's name and namespace and on clientFrom alone,
+// so it is made once for them and shared (fences): a steady sync makes
+// none. The answer is only encoded, never changed.
 func networkPolicy(c *v1beta2.EtcdCluster, spec v1beta2.ClusterSpec) *networkingv1.NetworkPolicy {
 	if !spec.Network.PoliciesEnabled() {
 		return nil
 	}
+	key := c.Namespace + "/" + c.Name
+	if spec.Network != nil && len(spec.Network.ClientFrom) > 0 {
+		raw, err := json.Marshal(spec.Network.ClientFrom)
+		if err != nil {
+			return makeNetworkPolicy(c, spec)
+		}
+		key += "/" + string(raw)
+	}
+	if np, ok := fences.get(key); ok {
+		return np
+	}
+	np := makeNetworkPolicy(c, spec)
+	fences.put(key, np)
+	return np
+}
+
+// fences holds the fences made, by cluster and clientFrom.
+var fences = newPKIMemo[string, *networkingv1.NetworkPolicy](1 << 16)
+
+func makeNetworkPolicy(c *v1beta2.EtcdCluster, spec v1beta2.ClusterSpec) *networkingv1.NetworkPolicy {
 	tcp := corev1.ProtocolTCP
 	port := func(n int) networkingv1.NetworkPolicyPort {
 		p := intstr.FromInt32(int32(n))

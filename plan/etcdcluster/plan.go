@@ -78,8 +78,9 @@ type planner struct {
 	// bundles the client and peer trust bundles (autotlsleaves.go).
 	secretLabels map[string]string
 	bundles      [2][]byte
-	// names are the cluster's TLS Secret names, once worked out.
-	names *v1beta2.TLSSecretNames
+	// names are the cluster's TLS Secret names, once worked out (named).
+	names v1beta2.TLSSecretNames
+	named bool
 	// certs is what this sync renders of spec.TLS.auto; nil without it,
 	// or when the sync is frozen before it is planned.
 	certs *certificates

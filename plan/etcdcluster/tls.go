@@ -209,11 +209,10 @@ func (p *planner) tlsSecretProblems() []string {
 
 // tlsNames are the cluster's TLS Secret names, worked out once a sync.
 func (p *planner) tlsNames() v1beta2.TLSSecretNames {
-	if p.names == nil {
-		n := p.o.Cluster.TLSSecrets()
-		p.names = &n
+	if !p.named {
+		p.names, p.named = p.o.Cluster.TLSSecrets(), true
 	}
-	return *p.names
+	return p.names
 }
 
 // secret is the Secret of that name the request carries: a child (the

@@ -234,11 +234,13 @@ func (p *planner) recoveredPod(name string) any {
 // the disruption budget and the fence (networkpolicy.go).
 func (p *planner) commonChildren() []plan.Child {
 	c := p.o.Cluster
-	out := []plan.Child{
-		{Kind: plan.KindService, Name: c.Name, Object: peerService(c, p.rec, p.recordText())},
-		{Kind: plan.KindService, Name: plan.ClientServiceName(c.Name), Object: clientService(c, p.selectServingOnly())},
-		{Kind: plan.KindPDB, Name: c.Name, Object: disruptionBudget(c, p.spec)},
-	}
+	// Room for the member Pods the caller appends.
+	out := make([]plan.Child, 0, 4+len(p.o.Pods))
+	out = append(out,
+		plan.Child{Kind: plan.KindService, Name: c.Name, Object: peerService(c, p.rec, p.recordText())},
+		plan.Child{Kind: plan.KindService, Name: plan.ClientServiceName(c.Name), Object: clientService(c, p.selectServingOnly())},
+		plan.Child{Kind: plan.KindPDB, Name: c.Name, Object: disruptionBudget(c, p.spec)},
+	)
 	if np := networkPolicy(c, p.spec); np != nil {
 		out = append(out, plan.Child{Kind: plan.KindNetworkPolicy, Name: c.Name, Object: np})
 	}

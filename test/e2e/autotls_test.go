@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,7 +123,98 @@ func TestAutoTLS(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	s.autoTLSAuth()
+	if t.Failed() {
+		return
+	}
 	s.autoTLSBackupRestore()
+}
+
+// autoTLSAuth: spec.auth on the running cluster. The hook makes root,
+// turns authentication on and declares the role and the user; the user's
+// certificate, from its Secret, writes under /app/ and nowhere else; the
+// user dropped from the spec loses access. The hook, its writer and its
+// checks go on as root throughout.
+func (s *scenario) autoTLSAuth() {
+	t := s.t
+	auth := func(users []any) map[string]any {
+		return map[string]any{"auth": map[string]any{
+			"enabled": true,
+			"roles":   []any{map[string]any{"name": "app-rw", "permissions": []any{map[string]any{"key": "/app/", "prefix": true, "type": "readwrite"}}}},
+			"users":   users,
+		}}
+	}
+	if _, err := s.env.MC.MergePatchParentSpec(ns, exampleName, auth([]any{map[string]any{"name": "app", "roles": []any{"app-rw"}}})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitParent(90*time.Second, "authentication on, user app and role app-rw made", func(st ParentStatus) bool {
+		progressing, _ := st.Condition("Progressing")
+		return st.Auth != nil && st.Auth.Enabled && slices.Equal(st.Auth.Users, []string{"app"}) && st.Auth.Pending == "" && progressing == "False"
+	})
+	if t.Failed() {
+		return
+	}
+	user := s.userClient("app")
+	defer user.Close()
+	put := func(key string) error {
+		ctx, cancel := context.WithTimeout(s.env.Ctx(), 3*time.Second)
+		defer cancel()
+		_, err := user.Put(ctx, key, "x")
+		return err
+	}
+	if err := put("/app/by-app"); err != nil {
+		t.Errorf("user app, with its certificate, cannot write under /app/: %v", err)
+	}
+	if err := put("/elsewhere"); err == nil {
+		t.Error("user app wrote outside /app/")
+	}
+
+	if _, err := s.env.MC.MergePatchParentSpec(ns, exampleName, auth([]any{})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitParent(60*time.Second, "user app deleted", func(st ParentStatus) bool {
+		return st.Auth != nil && len(st.Auth.Users) == 0 && st.Auth.Pending == ""
+	})
+	err := s.env.WaitFor(10*time.Second, "user app refused", func() (bool, string) {
+		err := put("/app/after-removal")
+		return err != nil, fmt.Sprintf("put: %v", err)
+	})
+	if err != nil {
+		t.Errorf("a user dropped from spec.auth kept its access: %v", err)
+	}
+	if _, ok := s.env.API.Get(harness.Ref{Type: harness.TypeSecret, Namespace: ns, Name: exampleName + "-user-app"}); ok {
+		t.Errorf("the Secret of the deleted user app is still there")
+	}
+}
+
+// userClient calls the cluster with a user's certificate from its Secret.
+func (s *scenario) userClient(user string) *clientv3.Client {
+	t := s.t
+	obj, ok := s.env.API.Get(harness.Ref{Type: harness.TypeSecret, Namespace: ns, Name: exampleName + "-user-" + user})
+	if !ok {
+		t.Fatalf("no Secret for user %s", user)
+	}
+	var sec corev1.Secret
+	raw, _ := json.Marshal(obj)
+	if err := json.Unmarshal(raw, &sec); err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(sec.Data["tls.crt"], sec.Data["tls.key"])
+	if err != nil {
+		t.Fatalf("user %s's Secret: %v", user, err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(sec.Data["ca.crt"]) {
+		t.Fatalf("user %s's Secret: ca.crt holds no certificate", user)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: s.c.MemberURLs(), DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+		TLS: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli
 }
 
 // autoTLSBackupRestore: a backup run calls the members with the operator

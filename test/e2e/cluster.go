@@ -269,6 +269,12 @@ type ParentStatus struct {
 		} `json:"certificates"`
 		CARotation string `json:"caRotation"`
 	} `json:"TLS"`
+	Auth *struct {
+		Enabled bool     `json:"enabled"`
+		Users   []string `json:"users"`
+		Roles   []string `json:"roles"`
+		Pending string   `json:"pending"`
+	} `json:"auth"`
 }
 
 // Condition returns the status and reason of a condition, "" if absent.
