@@ -2,6 +2,7 @@ package etcdcluster
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,8 +21,28 @@ import (
 const ExpiryWarning = 7 * 24 * time.Hour
 
 // tlsStatus is status.TLS: the certificates as rendered (auto) or as the
-// named Secrets hold them (static).
+// named Secrets hold them (static). One that says what the previous status
+// said is the previous status, as decoded: times read back from JSON are
+// in another location, and a status that only seems changed is written.
 func (p *planner) tlsStatus() *v1beta2.TLSStatus {
+	st := p.renderTLSStatus()
+	if prev := p.o.Cluster.Status.TLS; sameTLSStatus(prev, st) {
+		return prev
+	}
+	return st
+}
+
+func sameTLSStatus(a, b *v1beta2.TLSStatus) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.CARotation == b.CARotation && slices.EqualFunc(a.Certificates, b.Certificates, func(x, y v1beta2.CertificateStatus) bool {
+		return x.Name == y.Name && x.Secret == y.Secret && x.NotAfter.Equal(&y.NotAfter) &&
+			(x.RenewAt == nil) == (y.RenewAt == nil) && (x.RenewAt == nil || x.RenewAt.Equal(y.RenewAt))
+	})
+}
+
+func (p *planner) renderTLSStatus() *v1beta2.TLSStatus {
 	switch {
 	case p.spec.TLS == nil || (p.spec.TLS.Auto == nil && p.spec.TLS.Static == nil):
 		return nil

@@ -56,11 +56,11 @@ func TestHookCostReport(t *testing.T) {
 		"|---|---|---|---|---|---|---|---|---|",
 	}
 	for _, n := range memberCounts {
-		for _, withTLS := range []bool{false, true} {
+		for _, mode := range []rigMode{rigPlain, rigStaticTLS, rigAutoTLS} {
 			// A subtest each, so that each rig's members stop before the
 			// next rig's start.
-			t.Run(fmt.Sprintf("members=%d/tls=%t", n, withTLS), func(t *testing.T) {
-				r := newRig(t, n, withTLS)
+			t.Run(fmt.Sprintf("members=%d/mode=%d", n, mode), func(t *testing.T) {
+				r := newRigMode(t, n, mode)
 				hook, echo, read, readingEcho := r.latencies(t, samples)
 				hookRate, echoRate := r.throughput(t, "/sync", window), r.throughput(t, "/echo", window)
 				hookAllocs, echoAllocs := r.allocs(t, "/sync", 200), r.allocs(t, "/echo", 200)

@@ -12,6 +12,7 @@ import (
 	"github.com/etcdhook/etcd-hook/hooks"
 	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/plan"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
 // capturedPod is a Pod exactly as the API server sent it to Metacontroller
@@ -92,8 +93,15 @@ func clusterRequestTLS(cluster, uid string, members []string, version string, st
 			container["volumeMounts"] = append(container["volumeMounts"].([]any), mounts...)
 			spec["volumes"] = append(spec["volumes"].([]any), volumes...)
 		}
+		if trust := ct.trust(); trust != "" {
+			// As the planner renders an auto-TLS member (AnnotationTrustedCA).
+			rendered["metadata"].(map[string]any)["annotations"] = map[string]any{etcdcluster.AnnotationTrustedCA: trust}
+		}
 		applied, _ := json.Marshal(rendered)
 		meta["annotations"] = map[string]any{plan.LastAppliedAnnotation: string(applied)}
+		if trust := ct.trust(); trust != "" {
+			meta["annotations"].(map[string]any)[etcdcluster.AnnotationTrustedCA] = trust
+		}
 		spec["hostname"], spec["subdomain"] = name, cluster
 		container["image"] = "quay.io/coreos/etcd:v" + version
 		now := time.Now().UTC().Format(time.RFC3339)
@@ -110,7 +118,12 @@ func clusterRequestTLS(cluster, uid string, members []string, version string, st
 	}
 	parentSpec := map[string]any{"size": len(members), "version": version}
 	related := map[string]any{}
-	if ct != nil {
+	secretChildren := map[string]any{}
+	switch {
+	case ct != nil && ct.auto:
+		parentSpec["TLS"] = ct.policy
+		secretChildren = ct.related()
+	case ct != nil:
 		parentSpec["TLS"] = ct.policy
 		related[hooks.RelatedSecrets] = ct.related()
 	}
@@ -127,6 +140,8 @@ func clusterRequestTLS(cluster, uid string, members []string, version string, st
 			"Service.v1":                    map[string]any{},
 			"PersistentVolumeClaim.v1":      map[string]any{},
 			"PodDisruptionBudget.policy/v1": map[string]any{},
+			hooks.ChildSecrets:              secretChildren,
+			hooks.ChildNetworkPolicies:      map[string]any{},
 		},
 		"related":    related,
 		"finalizing": false,

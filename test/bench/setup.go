@@ -59,12 +59,33 @@ const (
 // auth, as the member Pods of a cluster with spec.TLS do, and the request
 // is that cluster's (see clusterRequestTLS).
 func newRig(tb testing.TB, members int, withTLS bool) *rig {
+	mode := rigPlain
+	if withTLS {
+		mode = rigStaticTLS
+	}
+	return newRigMode(tb, members, mode)
+}
+
+// rigMode is how the rig's members serve clients.
+type rigMode int
+
+const (
+	rigPlain     rigMode = iota
+	rigStaticTLS         // TLS from the Secrets the user issued (spec.TLS.static)
+	rigAutoTLS           // TLS from the Secrets the hook issued (spec.TLS.auto)
+)
+
+func newRigMode(tb testing.TB, members int, mode rigMode) *rig {
 	tb.Helper()
 	opts := etcdtest.Options{Size: members}
 	var ct *clusterTLS
-	if withTLS {
+	if mode != rigPlain {
 		var err error
-		if ct, err = issueClusterTLS(benchCluster, fleetNamespace, benchUID, etcdtest.DefaultVersion); err != nil {
+		issue := issueClusterTLS
+		if mode == rigAutoTLS {
+			issue = issueAutoClusterTLS
+		}
+		if ct, err = issue(benchCluster, fleetNamespace, benchUID, etcdtest.DefaultVersion); err != nil {
 			tb.Fatal(err)
 		}
 		dir := tb.TempDir()
@@ -135,7 +156,7 @@ func newRig(tb testing.TB, members int, withTLS bool) *rig {
 	for _, name := range names {
 		endpoints = append(endpoints, plan.AddressesOf(o.Cluster).ClientURL(name))
 	}
-	if withTLS && (dialer.creds() == nil || !strings.HasPrefix(endpoints[0], "https://")) {
+	if mode != rigPlain && (dialer.creds() == nil || !strings.HasPrefix(endpoints[0], "https://")) {
 		tb.Fatalf("the hook did not call the TLS cluster with its operator certificate at https URLs: %v", endpoints)
 	}
 	etcd, err := dialer.Cluster(endpoints, dialer.creds())
@@ -285,7 +306,10 @@ func (r *rig) String() string {
 
 // kind is "TLS" for a rig whose members serve clients TLS, else "plain".
 func (r *rig) kind() string {
-	if r.tls != nil {
+	switch {
+	case r.tls != nil && r.tls.auto:
+		return "auto TLS"
+	case r.tls != nil:
 		return "TLS"
 	}
 	return "plain"
@@ -327,7 +351,7 @@ func appliedAsAnswered(request []byte, d etcdcluster.Decision) ([]byte, error) {
 		if err := json.Unmarshal(raw, &child); err != nil {
 			return nil, err
 		}
-		if key := map[string]string{plan.KindService: hooks.ChildServices, plan.KindPDB: hooks.ChildPDBs}[child.Kind]; key != "" {
+		if key := map[string]string{plan.KindService: hooks.ChildServices, plan.KindPDB: hooks.ChildPDBs, plan.KindNetworkPolicy: hooks.ChildNetworkPolicies}[child.Kind]; key != "" {
 			served, err := servedChild(raw, parent["name"].(string), parent["uid"].(string), len(pods))
 			if err != nil {
 				return nil, err

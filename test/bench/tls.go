@@ -25,6 +25,9 @@ import (
 // them (the https URLs, the Secret volumes and their mounts).
 type clusterTLS struct {
 	policy *v1beta2.TLSPolicy
+	// auto: the hook issued the Secrets (spec.TLS.auto), which the request
+	// carries as children; otherwise the user did, and they are related.
+	auto bool
 	// secrets are as the API server sends them to Metacontroller: with a
 	// UID and a resourceVersion, which the hook keys its parsed
 	// certificates by.
