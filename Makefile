@@ -236,6 +236,10 @@ bench-rollout: build etcd-bins ## rolling spec changes of 3 and 5 members agains
 bench-scale: build ## one hook, 1000 clusters, 5 unreachable; then 1000 with half TLS: RSS and latency (bin/scale.md)
 	BENCH_REPORT=1 BENCH_SCALE_FILE=$(BIN_DIR)/scale.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 20m
 
+.PHONY: bench-scale-auto-tls
+bench-scale-auto-tls: build ## bench-scale with the TLS clusters on the hook's own certificates (spec.TLS.auto; bin/scale-auto-tls.md)
+	BENCH_REPORT=1 BENCH_SCALE_TLS=auto BENCH_SCALE_FILE=$(BIN_DIR)/scale-auto-tls.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 20m
+
 manifests: $(CONTROLLER_GEN) ## regenerate the CRD under manifests/crd from api/ (and its copy in the Helm chart)
 	$(CONTROLLER_GEN) crd paths=$(CRD_PATHS) output:crd:artifacts:config=$(CRD_DIR)
 	@$(MAKE) chart-crds

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 
@@ -40,7 +41,13 @@ func newFleet(n int, unreachable []int, tlsEvery int) ([]fleetCluster, error) {
 		uid := fmt.Sprintf("5ca1e000-0000-4000-8000-%012d", i)
 		fleet[i] = fleetCluster{name: name, uid: uid, members: memberNames(name, uid, 3), unreachable: slices.Contains(unreachable, i)}
 		if tlsEvery > 0 && i%tlsEvery == tlsEvery-1 {
-			ct, err := issueClusterTLS(name, fleetNamespace, uid, etcdtest.DefaultVersion)
+			issue := issueClusterTLS
+			if os.Getenv("BENCH_SCALE_TLS") == "auto" {
+				// The hook's own certificates (spec.TLS.auto), carried as
+				// the clusters' Secret children.
+				issue = issueAutoClusterTLS
+			}
+			ct, err := issue(name, fleetNamespace, uid, etcdtest.DefaultVersion)
 			if err != nil {
 				return nil, err
 			}
