@@ -214,6 +214,12 @@ func (p *pitrScenario) refused(what string, extra map[string]any, want string) {
 	if v.Object.Succeeded || !strings.Contains(v.Object.Reason, want) {
 		p.t.Errorf("%s: phase %s, reason %q; want Failed naming %q", what, v.Object.Phase, v.Object.Reason, want)
 	}
+	// The failed seed is dropped in the sync that reports the failure;
+	// its Pod may still be on its way out when the status is read.
+	_ = p.env.WaitFor(30*time.Second, what+": the failed seed's Pod gone", func() (bool, string) {
+		pods := p.podUIDs()
+		return len(pods) == len(before.Pods), fmt.Sprintf("Pods %v", pods)
+	})
 	p.checkWorld(what, before, p.c.PodNames())
 	p.t.Logf("%s: refused: %s", what, v.Object.Reason)
 }

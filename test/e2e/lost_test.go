@@ -441,10 +441,10 @@ func (s *scenario) cacheShowsNothing() {
 	if d := cmp.Diff(pods, s.podUIDs()); d != "" {
 		t.Errorf("%s: Pods (name → UID) changed (-before +after):\n%s", fault, d)
 	}
-	// Creating the Services and the PDB it could not see fails, as in
-	// Metacontroller; those are the only errors expected.
+	// Creating the Services, the PDB and the fence it could not see
+	// fails, as in Metacontroller; those are the only errors expected.
 	for _, e := range s.env.MC.TakeApplyErrors() {
-		if e.Op != "create" || (e.Child.Type != harness.TypeService && e.Child.Type != harness.TypePDB) {
+		if e.Op != "create" || (e.Child.Type != harness.TypeService && e.Child.Type != harness.TypePDB && e.Child.Type != harness.TypeNetPolicy) {
 			t.Errorf("%s: unexpected apply error: %v", fault, e)
 		}
 	}

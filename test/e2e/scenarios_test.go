@@ -556,7 +556,7 @@ func TestDeleteCluster(t *testing.T) {
 			t.Errorf("etcd pid %d still runs: %s", pid, strings.ReplaceAll(string(cmd), "\x00", " "))
 		}
 	}
-	for _, typ := range []string{harness.TypePod, harness.TypeService, harness.TypePVC, harness.TypePDB} {
+	for _, typ := range []string{harness.TypePod, harness.TypeService, harness.TypePVC, harness.TypePDB, harness.TypeNetPolicy, harness.TypeSecret} {
 		if left := s.env.API.List(typ, ns); len(left) != 0 {
 			t.Errorf("%d %s left after the parent is gone", len(left), typ)
 		}

@@ -22,6 +22,7 @@ const (
 	TypeEtcdBackup  = "EtcdBackup.etcd.database.coreos.com/v1beta2"
 	TypeEtcdRestore = "EtcdRestore.etcd.database.coreos.com/v1beta2"
 	TypeSecret      = "Secret.v1"
+	TypeNetPolicy   = "NetworkPolicy.networking.k8s.io/v1"
 	TypeConfigMap   = "ConfigMap.v1"
 
 	// LabelControllerUID is the label Metacontroller's generateSelector puts on children.

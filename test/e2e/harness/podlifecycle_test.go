@@ -41,7 +41,7 @@ func TestEtcdPodLifecycle(t *testing.T) {
 	for k, v := range calls[0].Children {
 		first[k] = len(v)
 	}
-	want := map[string]int{TypePod: 0, TypeService: 0, TypePVC: 0, TypePDB: 0}
+	want := map[string]int{TypePod: 0, TypeService: 0, TypePVC: 0, TypePDB: 0, TypeSecret: 0, TypeNetPolicy: 0}
 	if d := cmp.Diff(want, first); d != "" {
 		t.Errorf("children of the first request (-want +got):\n%s", d)
 	}
@@ -334,7 +334,7 @@ func TestInPlaceUpgradeAndFinalize(t *testing.T) {
 	if finalizes < 2 {
 		t.Errorf("%d finalize calls, want at least 2 (children first, then finalized)", finalizes)
 	}
-	for _, typ := range []string{TypePod, TypeService, TypePVC, TypePDB} {
+	for _, typ := range []string{TypePod, TypeService, TypePVC, TypePDB, TypeNetPolicy, TypeSecret} {
 		if left := env.API.List(typ, ns); len(left) != 0 {
 			t.Errorf("%d %s left after the parent is gone", len(left), typ)
 		}
