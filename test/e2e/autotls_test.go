@@ -29,10 +29,11 @@ import (
 // Secrets mounted would: it reads the trust bundle and its certificate
 // from the Secret at each handshake.
 
-// autoTLSSpec: leaves valid 5 minutes and renewed 4m30s ahead, so that a
-// leaf is renewed every 30 seconds; the CAs (10 minutes) are rotated on
-// request (AnnotationRotateCA), as a key believed exposed would be.
-var autoTLSSpec = map[string]any{"auto": map[string]any{"validity": "5m", "renewBefore": "4m30s"}}
+// autoTLSSpec: leaves valid 5 minutes (the shortest accepted) and renewed
+// 4m45s ahead, so that a leaf is renewed every 15 seconds; the CAs (10
+// minutes) are rotated on request (AnnotationRotateCA), as a key believed
+// exposed would be.
+var autoTLSSpec = map[string]any{"auto": map[string]any{"validity": "5m", "renewBefore": "4m45s"}}
 
 const (
 	annotationRotateCA = "etcd.database.coreos.com/rotate-ca"
@@ -367,7 +368,7 @@ func isTimeout(err error) bool {
 }
 
 // autoTLSRotations: under a writer through the client Service, two leaf
-// renewals (the hook's, every 30 s) and a CA rotation asked for with the
+// renewals (the hook's, every 15 s) and a CA rotation asked for with the
 // annotation. No put fails and none is lost; leaf renewals restart no
 // member; the CA rotation restarts each member once, on its claim, with
 // the same member ID.
