@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -201,4 +202,26 @@ func WriteFiles(dir string, data map[string][]byte) error {
 		}
 	}
 	return nil
+}
+
+// CheckServing checks a serving certificate as a client that trusts caPEM
+// alone would: certPEM and keyPEM are a pair, and the certificate verifies
+// for host. It returns the certificate.
+func CheckServing(caPEM, certPEM, keyPEM []byte, host string) (*x509.Certificate, error) {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("ca.crt holds no certificate")
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("tls.crt and tls.key: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, err
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: host}); err != nil {
+		return leaf, fmt.Errorf("the certificate does not verify for %s against ca.crt: %w", host, err)
+	}
+	return leaf, nil
 }

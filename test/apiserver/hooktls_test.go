@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/etcdhook/etcd-hook/internal/testenv"
+	"github.com/etcdhook/etcd-hook/internal/tlstest"
 )
 
 // The hook's serving certificate, as the default installs issue it: the
@@ -38,20 +39,8 @@ func servingSecret(t *testing.T, k *kube) map[string][]byte {
 	t.Helper()
 	var s corev1.Secret
 	unmarshal(t, k.mustKubectl(t, "", "get", "secret", "etcd-hook-tls", "-n", chartHookNamespace, "-o", "json").stdout, &s)
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(s.Data["ca.crt"]) {
-		t.Fatalf("Secret etcd-hook-tls: ca.crt holds no certificate")
-	}
-	pair, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
-	if err != nil {
-		t.Fatalf("Secret etcd-hook-tls: %v", err)
-	}
-	leaf, err := x509.ParseCertificate(pair.Certificate[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: hookHost}); err != nil {
-		t.Errorf("Secret etcd-hook-tls: the certificate does not verify for %s against ca.crt: %v", hookHost, err)
+	if _, err := tlstest.CheckServing(s.Data["ca.crt"], s.Data["tls.crt"], s.Data["tls.key"], hookHost); err != nil {
+		t.Errorf("Secret etcd-hook-tls: %v", err)
 	}
 	return s.Data
 }
