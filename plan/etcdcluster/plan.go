@@ -30,6 +30,24 @@ type Outcome struct {
 	Err    error
 }
 
+// reportOutcome describes the step this sync already took.
+func (p *planner) reportOutcome(out Outcome) stepResult {
+	if out.Err != nil && out.Action.Type == membership.ActionEnableDowngrade {
+		// etcd's own validation said no: nothing changed, and the reason
+		// is etcd's. The next sync asks again, in case it no longer holds.
+		return blockedStep(ReasonDowngradeRefused, fmt.Sprintf("etcd refused the downgrade to %s, and nothing was changed: %v", out.Action.Version, out.Err))
+	}
+	if out.Err != nil {
+		msg := fmt.Sprintf("%s failed: %v", out.Action, out.Err)
+		return stepResult{progressing: conditionTrue(ReasonActionFailed, msg), resync: resyncTrouble}
+	}
+	msg := out.Action.Reason
+	if out.Action.Name != "" {
+		msg += " (" + out.Action.Name + ")"
+	}
+	return stepResult{progressing: conditionTrue(out.Action.Step, msg), resync: resyncAfterAction}
+}
+
 // How soon to look again. Child events (a Pod turning Ready) trigger syncs
 // by themselves; these cover what produces no event, such as a learner
 // catching up or etcd becoming reachable.

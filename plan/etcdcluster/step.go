@@ -391,21 +391,3 @@ func runningSince(pod *corev1.Pod) time.Time {
 	}
 	return time.Time{}
 }
-
-// reportOutcome describes the step this sync already took.
-func (p *planner) reportOutcome(out Outcome) stepResult {
-	if out.Err != nil && out.Action.Type == membership.ActionEnableDowngrade {
-		// etcd's own validation said no: nothing changed, and the reason
-		// is etcd's. The next sync asks again, in case it no longer holds.
-		return blockedStep(ReasonDowngradeRefused, fmt.Sprintf("etcd refused the downgrade to %s, and nothing was changed: %v", out.Action.Version, out.Err))
-	}
-	if out.Err != nil {
-		msg := fmt.Sprintf("%s failed: %v", out.Action, out.Err)
-		return stepResult{progressing: conditionTrue(ReasonActionFailed, msg), resync: resyncTrouble}
-	}
-	msg := out.Action.Reason
-	if out.Action.Name != "" {
-		msg += " (" + out.Action.Name + ")"
-	}
-	return stepResult{progressing: conditionTrue(out.Action.Step, msg), resync: resyncAfterAction}
-}
