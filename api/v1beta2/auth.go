@@ -42,7 +42,7 @@ type AuthRole struct {
 }
 
 // AuthPermission is a right on a key, a prefix, or a range of keys.
-// +kubebuilder:validation:XValidation:rule="!(has(self.prefix) && self.prefix && has(self.rangeEnd) && self.rangeEnd != ”)",message="spec.auth.roles.permissions: prefix and rangeEnd cannot be combined"
+// +kubebuilder:validation:XValidation:rule="!(has(self.prefix) && self.prefix && has(self.rangeEnd) && size(self.rangeEnd) != 0)",message="spec.auth.roles.permissions: prefix and rangeEnd cannot be combined"
 type AuthPermission struct {
 	// +kubebuilder:validation:MinLength=1
 	Key string `json:"key"`

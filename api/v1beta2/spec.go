@@ -21,7 +21,7 @@ const (
 // ClusterSpec is the desired state of an etcd cluster.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.pod) || !has(self.pod.labels) || self.pod.labels.all(k, k != 'app' && k != 'etcd.database.coreos.com/serving' && !k.startsWith('etcd_'))",message="spec.pod.labels: the labels \"app\" and \"etcd.database.coreos.com/serving\" and labels starting with \"etcd_\" are reserved for the hook"
-// +kubebuilder:validation:XValidation:rule="!has(self.auth) || !self.auth.enabled || (has(self.TLS) && (has(self.TLS.auto) || (has(self.TLS.static) && has(self.TLS.static.operatorSecret) && self.TLS.static.operatorSecret != ”)))",message="spec.auth.enabled needs spec.TLS (auto, or static with operatorSecret): the hook authenticates as root with its client certificate"
+// +kubebuilder:validation:XValidation:rule="!has(self.auth) || !self.auth.enabled || (has(self.TLS) && (has(self.TLS.auto) || (has(self.TLS.static) && has(self.TLS.static.operatorSecret) && size(self.TLS.static.operatorSecret) != 0)))",message="spec.auth.enabled needs spec.TLS (auto, or static with operatorSecret): the hook authenticates as root with its client certificate"
 type ClusterSpec struct {
 	// Size is the number of etcd members, from 1 to 7.
 	// +kubebuilder:validation:Minimum=1
