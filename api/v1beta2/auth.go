@@ -69,9 +69,6 @@ type AuthUser struct {
 	Roles []string `json:"roles,omitempty"`
 }
 
-// AuthOn reports whether the spec turns authentication on.
-func (s ClusterSpec) AuthOn() bool { return s.Auth != nil && s.Auth.Enabled }
-
 // validate repeats the CRD's rules, and what CEL cannot say: a user's
 // roles are declared (or root), and auth needs spec.TLS.
 func (a *AuthSpec) validate(path *field.Path, tls *TLSPolicy) field.ErrorList {
