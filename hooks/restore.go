@@ -153,7 +153,9 @@ func CustomizeHandler() http.Handler {
 		if err := checkParent(p.APIVersion, p.Kind, p.Metadata, v1beta2.Kind); err != nil {
 			return nil, err
 		}
-		c := &v1beta2.EtcdCluster{ObjectMeta: p.Metadata}
+		// The status says which Secrets members still run with while they
+		// move from spec.TLS.static to auto (status.TLS.static).
+		c := &v1beta2.EtcdCluster{ObjectMeta: p.Metadata, Status: p.Status}
 		// A spec that does not decode relates no Secret; the sync then
 		// reports the spec, which freezes the cluster anyway.
 		_ = json.Unmarshal(p.Spec, &c.Spec)

@@ -29,6 +29,13 @@ func TestRestoreRoutes(t *testing.T) {
 			`{"relatedResources":[{"apiVersion":"etcd.database.coreos.com/v1beta2","resource":"etcdrestores","namespace":"prod","names":["demo"]},` +
 				`{"apiVersion":"etcd.database.coreos.com/v1beta2","resource":"etcdbackups","labelSelector":{}},` +
 				`{"apiVersion":"v1","resource":"secrets","namespace":"prod","names":["p","s","o"]}]}`},
+		{"TLS cluster moving to auto, customize", "/customize",
+			`{"parent":{"apiVersion":"etcd.database.coreos.com/v1beta2","kind":"EtcdCluster","metadata":{"name":"demo","namespace":"prod"},` +
+				`"spec":{"size":3,"TLS":{"auto":{}}},"status":{"TLS":{"static":{"member":{"peerSecret":"p","serverSecret":"s"},"operatorSecret":"o"}}}}}`,
+			"the Secrets status.TLS.static names, which members still run with while they move to spec.TLS.auto, beside the hook's own names", 200,
+			`{"relatedResources":[{"apiVersion":"etcd.database.coreos.com/v1beta2","resource":"etcdrestores","namespace":"prod","names":["demo"]},` +
+				`{"apiVersion":"etcd.database.coreos.com/v1beta2","resource":"etcdbackups","labelSelector":{}},` +
+				`{"apiVersion":"v1","resource":"secrets","namespace":"prod","names":["demo-ca","demo-peer-tls","demo-server-tls","demo-operator-tls","p","s","o"]}]}`},
 		{"restore customize", "/restore/customize",
 			`{"parent":{"apiVersion":"etcd.database.coreos.com/v1beta2","kind":"EtcdRestore","metadata":{"name":"demo","namespace":"prod"},"spec":{"etcdCluster":{"name":"demo"},"backupStorageType":"S3","s3":{"path":"b/k","awsSecret":"aws"}}}}`,
 			"the cluster and the Secret, by name", 200,

@@ -80,7 +80,20 @@ func runningEndpoints(o *etcdcluster.Observed) []string {
 func operatorCredentials(o *etcdcluster.Observed) *etcdclient.ClientTLS {
 	name := o.Cluster.TLSSecrets().Operator
 	s, ok := o.SecretChildren[name]
+	if own := o.Cluster.AutoTLSSecrets().Operator; !ok && name != "" && o.SecretChildren[own] != nil {
+		// Moving from spec.TLS.auto to spec.TLS.static: the hook's own
+		// certificate is trusted by every member, and trusts what every
+		// member serves, until the last one moved (its bundle holds both
+		// sides' CAs).
+		name, s, ok = own, o.SecretChildren[own], true
+	}
 	if !ok {
+		s, ok = o.Secrets[name]
+	}
+	if st := o.Cluster.Status.TLS; !ok && o.Cluster.Spec.TLS.IsAuto() && st != nil && st.Static != nil && st.Static.OperatorSecret != "" {
+		// Moving from spec.TLS.static, before the hook's own copy of
+		// this certificate is stored.
+		name = st.Static.OperatorSecret
 		s, ok = o.Secrets[name]
 	}
 	if name == "" || !ok {

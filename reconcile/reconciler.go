@@ -35,6 +35,8 @@ type Reconciler struct {
 	// AgentImage is this project's image, which a restored cluster's seed
 	// runs to fetch its snapshot.
 	AgentImage string
+	// SecretPropagation is etcdcluster.Observed's.
+	SecretPropagation time.Duration
 }
 
 // Sync observes, plans, acts at most once, and plans the answer.
@@ -49,6 +51,7 @@ type Reconciler struct {
 func (r *Reconciler) Sync(ctx context.Context, o *etcdcluster.Observed, early *EarlyRead) (etcdcluster.Decision, error) {
 	o.Now = r.now()
 	o.AgentImage = r.AgentImage
+	o.SecretPropagation = r.SecretPropagation
 	suffix, err := r.freshSuffix()
 	if err != nil {
 		return etcdcluster.Decision{}, err

@@ -156,6 +156,13 @@ type TLSStatus struct {
 	// CARotation says where a rotation of the CAs stands, while one runs.
 	// +optional
 	CARotation string `json:"caRotation,omitempty"`
+	// Static names the Secrets of spec.TLS.static that the members were
+	// started with. It outlives a change of spec.TLS.static to
+	// spec.TLS.auto until no member mounts them, so that the customize hook
+	// still relates them: the move copies their certificates, and trusts
+	// their CAs until every member trusts the hook's.
+	// +optional
+	Static *StaticTLS `json:"static,omitempty"`
 }
 
 // CertificateStatus is one certificate.

@@ -166,10 +166,16 @@ const (
 func (c *EtcdCluster) TLSSecrets() TLSSecretNames {
 	t := c.Spec.TLS
 	if t.IsAuto() {
-		return TLSSecretNames{
-			Peer: c.Name + AutoPeerSuffix, Server: c.Name + AutoServerSuffix,
-			Operator: c.Name + AutoOperatorSuffix, CA: c.Name + AutoCASuffix,
-		}
+		return c.AutoTLSSecrets()
 	}
 	return TLSSecretNames{Peer: t.PeerSecret(), Server: t.ServerSecret(), Operator: t.OperatorSecret()}
+}
+
+// AutoTLSSecrets names the Secrets spec.TLS.auto renders, whatever the
+// spec says now (a cluster moving away from them still has them).
+func (c *EtcdCluster) AutoTLSSecrets() TLSSecretNames {
+	return TLSSecretNames{
+		Peer: c.Name + AutoPeerSuffix, Server: c.Name + AutoServerSuffix,
+		Operator: c.Name + AutoOperatorSuffix, CA: c.Name + AutoCASuffix,
+	}
 }

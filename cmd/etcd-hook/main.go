@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/etcdhook/etcd-hook/etcdclient"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 	"github.com/etcdhook/etcd-hook/hooks"
 	"github.com/etcdhook/etcd-hook/reconcile"
 )
@@ -51,6 +52,7 @@ type config struct {
 	logLevel        slog.Level
 	maxEtcdConns    int
 	agentImage      string
+	secretDelay     time.Duration
 }
 
 func parseFlags(args []string) (config, error) {
@@ -69,6 +71,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.maxEtcdConns, "max-idle-etcd-conns", etcdclient.DefaultMaxIdleConns, "etcd connections kept open between syncs, across all clusters")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.agentImage, "agent-image", DefaultAgentImage, "this project's image, which backup runs and the seed of a restored cluster start; keep it equal to the hook's own image")
+	fs.DurationVar(&cfg.secretDelay, "secret-propagation", etcdcluster.DefaultSecretPropagation, "how long the kubelets take to bring an updated Secret into a Pod (their sync period and Secret cache delay): "+
+		"with spec.TLS.auto, a CA is trusted this long after the last leaf it signed was replaced")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -120,7 +124,7 @@ func serve(ctx context.Context, args []string) error {
 	metrics := newMetrics(registry)
 	pool := etcdclient.NewPool(cfg.maxEtcdConns)
 	defer pool.Close()
-	reconciler := &reconcile.Reconciler{Dialer: pool, Recorder: metrics, Logger: logger, AgentImage: cfg.agentImage}
+	reconciler := &reconcile.Reconciler{Dialer: pool, Recorder: metrics, Logger: logger, AgentImage: cfg.agentImage, SecretPropagation: cfg.secretDelay}
 
 	ready := &readiness{}
 	router := newRouter(reconciler, hooks.BackupConfig{AgentImage: cfg.agentImage}, metrics, registry, logger, ready)

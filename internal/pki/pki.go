@@ -187,6 +187,44 @@ func Parse(certPEM, keyPEM []byte) (*KeyPair, error) {
 	return k, nil
 }
 
+// ParseTrust reads every certificate of one or more PEM bundles into one
+// trust-only pair: Cert is the first certificate and names the pair
+// (Fingerprint), CertPEM holds them all, once each, in order. It is how a
+// bundle someone else issued (a user's CA file, with several CAs in it)
+// is trusted as a whole.
+func ParseTrust(bundles ...[]byte) (*KeyPair, error) {
+	var k *KeyPair
+	seen := map[string]bool{}
+	for _, rest := range bundles {
+		for {
+			var block *pem.Block
+			if block, rest = pem.Decode(rest); block == nil {
+				break
+			}
+			if block.Type != "CERTIFICATE" {
+				continue
+			}
+			cert, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("a certificate does not parse: %w", err)
+			}
+			fp := fingerprintOf(cert)
+			if seen[fp] {
+				continue
+			}
+			seen[fp] = true
+			if k == nil {
+				k = &KeyPair{Cert: cert, fingerprint: fp}
+			}
+			k.CertPEM = append(k.CertPEM, pem.EncodeToMemory(block)...)
+		}
+	}
+	if k == nil {
+		return nil, errors.New("holds no PEM certificate")
+	}
+	return k, nil
+}
+
 // IssuedBy reports whether ca signed the certificate.
 func IssuedBy(cert *x509.Certificate, ca *KeyPair) bool {
 	return ca != nil && bytes.Equal(cert.RawIssuer, ca.Cert.RawSubject) && cert.CheckSignatureFrom(ca.Cert) == nil

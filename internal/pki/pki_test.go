@@ -107,3 +107,45 @@ func TestParse(t *testing.T) {
 		t.Error("a CA without its key issued a leaf")
 	}
 }
+
+func TestParseTrust(t *testing.T) {
+	a, b, c := mustCA(t, "a", time.Hour), mustCA(t, "b", time.Hour), mustCA(t, "c", time.Hour)
+	cat := func(parts ...[]byte) []byte {
+		var out []byte
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name, reason string
+		bundles      [][]byte
+		want         []byte
+		wantErr      string
+	}{
+		{"one CA", "a CA file of one certificate", [][]byte{a.CertPEM}, a.CertPEM, ""},
+		{"two files, one shared", "a CA in both files is trusted once, in the order first seen",
+			[][]byte{cat(a.CertPEM, b.CertPEM), cat(b.CertPEM, c.CertPEM)}, cat(a.CertPEM, b.CertPEM, c.CertPEM), ""},
+		{"a key between", "blocks other than certificates are skipped", [][]byte{cat(a.KeyPEM, b.CertPEM)}, b.CertPEM, ""},
+		{"nothing", "", [][]byte{nil, []byte("hello")}, nil, "holds no PEM certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseTrust(tc.bundles...)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("ParseTrust() error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%s: ParseTrust(): %v", tc.reason, err)
+			}
+			if diff := cmp.Diff(string(tc.want), string(got.CertPEM)); diff != "" {
+				t.Errorf("%s: CertPEM (-want +got):\n%s", tc.reason, diff)
+			}
+			if got.CanSign() {
+				t.Errorf("%s: a trusted bundle can sign", tc.reason)
+			}
+		})
+	}
+}

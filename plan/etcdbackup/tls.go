@@ -44,7 +44,7 @@ func (p *planner) clientTLSFor(endpoints []string, cluster *v1beta2.EtcdCluster)
 		return &clientTLS{secret: name}, "", ""
 	}
 	if cluster != nil && cluster.Spec.TLS.IsSecureClient() {
-		if name := cluster.TLSSecrets().Operator; name != "" {
+		if name := operatorSecretOf(cluster); name != "" {
 			return &clientTLS{secret: name, optional: true}, "", ""
 		}
 	}
@@ -59,6 +59,22 @@ func (p *planner) clientTLSFor(endpoints []string, cluster *v1beta2.EtcdCluster)
 		return nil, ReasonClientTLSMissing, fmt.Sprintf("%s: set spec.clientTLSSecret to a Secret with the keys %s", what, clientTLSKeys())
 	}
 	return nil, "", ""
+}
+
+// operatorSecretOf is the Secret of the operator certificate the cluster's
+// status lists, which is the one the hook calls its members with; else the
+// one its spec names. They differ while the members move between
+// spec.TLS.static and spec.TLS.auto, when the hook's own certificate is
+// the one every member trusts.
+func operatorSecretOf(cluster *v1beta2.EtcdCluster) string {
+	if st := cluster.Status.TLS; st != nil {
+		for _, c := range st.Certificates {
+			if c.Name == "operator" && c.Secret != "" {
+				return c.Secret
+			}
+		}
+	}
+	return cluster.TLSSecrets().Operator
 }
 
 // checkClientTLS looks at spec.clientTLSSecret before a run mounts it, as

@@ -126,6 +126,14 @@ func TestClientTLS(t *testing.T) {
 		want: tlsSummary{NewPod: "nightly-1", Endpoints: serviceURL,
 			Volume: &corev1.SecretVolumeSource{SecretName: "demo-operator", Optional: ptr(true)}, Mount: mount, TLSArgs: tlsArgs("demo-operator")},
 	}, {
+		name:   "TLS cluster moving between static and auto",
+		reason: "while members move, the hook calls them with the operator certificate its status lists (the one every member trusts), and so does a run",
+		in: with(observe(newBackup(0), t0), byCluster(changed(tlsCluster(), func(c *v1beta2.EtcdCluster) {
+			c.Status.TLS = &v1beta2.TLSStatus{Certificates: []v1beta2.CertificateStatus{{Name: "peer", Secret: "demo-peer-tls"}, {Name: "operator", Secret: "demo-operator-tls"}}}
+		}))),
+		want: tlsSummary{NewPod: "nightly-1", Endpoints: serviceURL,
+			Volume: &corev1.SecretVolumeSource{SecretName: "demo-operator-tls", Optional: ptr(true)}, Mount: mount, TLSArgs: tlsArgs("demo-operator-tls")},
+	}, {
 		name:   "clientTLSSecret wins",
 		reason: "spec.clientTLSSecret (CoreOS) is the user's choice over the cluster's operatorSecret; the hook sees it, so its mount is not optional",
 		in: with(with(observe(newBackup(0), t0), byCluster(tlsCluster())), func(o *Observed) {

@@ -65,6 +65,11 @@ const AnnotationRotateCA = v1beta2.Group + "/rotate-ca"
 // newest CA was made for.
 const AnnotationCAMadeFor = v1beta2.Group + "/ca-made-for"
 
+// AnnotationLeavesReissued on the CA Secret, while a CA on its way out is
+// still trusted, is when every leaf was first observed under the signing
+// CA (RFC 3339). The old CA is dropped a kubelet's Secret delay later.
+const AnnotationLeavesReissued = v1beta2.Group + "/leaves-reissued"
+
 // Keys of the CA Secret. next- and old- prefix the CA being brought in,
 // and the one on its way out (kept for trust only, without its key).
 const (
@@ -97,6 +102,18 @@ func (c *caPair) notAfter() time.Time {
 	return c.peer.Cert.NotAfter
 }
 
+// trust is AnnotationTrustedCA of a member Pod started now: the
+// fingerprints of the CAs its bundles hold, the newest first.
+func (a *authority) trust() string {
+	fps := make([]string, 0, 3)
+	for _, c := range []*caPair{a.next, a.cur, a.old} {
+		if c != nil {
+			fps = append(fps, c.fingerprint())
+		}
+	}
+	return strings.Join(fps, ",")
+}
+
 func (c *caPair) canSign() bool { return c.peer.CanSign() && c.client.CanSign() }
 
 // fingerprint names the generation: its peer CA's fingerprint.
@@ -108,6 +125,11 @@ type authority struct {
 	cur, next, old *caPair
 	// madeFor is AnnotationCAMadeFor.
 	madeFor string
+	// leavesSince is AnnotationLeavesReissued: while an old CA is still
+	// trusted, since when every leaf has been observed under cur.
+	leavesSince time.Time
+	// static is the move from spec.TLS.static, while cur is its CAs.
+	static *staticMove
 	// observed is the CA Secret it was read from, and changed says the
 	// sync changed it since: an unchanged one is answered with its data.
 	observed *corev1.Secret
@@ -125,6 +147,13 @@ type certificates struct {
 	trust    string
 	status   []v1beta2.CertificateStatus
 	rotation string
+	// static is status.TLS.static while members move from it.
+	static *v1beta2.StaticTLS
+	// leaving: the spec asks for spec.TLS.static, and members move to it
+	// from the hook's Secrets (see tlsmove.go). mountStatic: member Pods
+	// rendered now mount spec.TLS.static's Secrets; done: none mounts the
+	// hook's any more, which go.
+	leaving, mountStatic, done bool
 	// problem stops the cluster where it is (reason, message).
 	problem, problemMessage string
 	// overdue names certificates past their renewal.
@@ -144,7 +173,11 @@ type leafExpiry struct {
 // planCertificates decides the Secret children of spec.TLS.auto.
 func (p *planner) planCertificates() *certificates {
 	c := p.o.Cluster
-	cs := &certificates{names: p.tlsNames()}
+	leaving := !p.spec.TLS.IsAuto()
+	cs := &certificates{names: p.tlsNames(), leaving: leaving}
+	if leaving {
+		cs.names = c.AutoTLSSecrets()
+	}
 	for _, name := range []string{cs.names.CA, cs.names.Peer, cs.names.Server, cs.names.Operator} {
 		if s, ok := p.o.Secrets[name]; ok && !p.ownSecret(s) {
 			cs.problem, cs.problemMessage = ReasonTLSSecretTaken, fmt.Sprintf("Secret %q exists in namespace %s and is not this cluster's: spec.TLS.auto renders Secrets of that name; rename or delete it", name, c.Namespace)
@@ -158,7 +191,52 @@ func (p *planner) planCertificates() *certificates {
 	}
 	now, auto := p.o.Now, p.spec.TLS.Auto
 	lead := auto.RenewalLead()
-	if auth == nil {
+	move, err := p.staticMove(auth, leaving)
+	if err != nil {
+		cs.problem, cs.problemMessage = ReasonTLSSecretInvalid, err.Error()
+		return cs
+	}
+	if move != nil && !leaving {
+		cs.static = move.from
+	}
+	if move != nil && auth != nil && auth.cur.fingerprint() == move.cas.fingerprint() {
+		auth.static = move
+	}
+	switch {
+	case leaving && auth == nil:
+		// Nothing to leave: the CA Secret went with the last member.
+		cs.mountStatic, cs.done = true, true
+		return cs
+	case leaving && auth.next == nil && auth.static == nil:
+		// Moving to spec.TLS.static: its CAs come in as next, without
+		// keys, and the members roll to trust them.
+		cs.trust = auth.trust()
+		nextAuth := *auth
+		nextAuth.next, nextAuth.changed = move.cas, true
+		cs.secrets = append(cs.secrets, p.caSecret(cs.names.CA, &nextAuth))
+		cs.rotation = "moving to spec.TLS.static: its CAs are added to the bundles; the members will be restarted one at a time to trust them"
+		p.keepLeafSecrets(cs)
+		p.certificateStatus(cs, auth, lead)
+		return cs
+	case leaving && auth.next != nil && p.everyMemberTrusts(auth.next.fingerprint()):
+		auth = &authority{cur: auth.next, old: trustOnly(auth.cur), madeFor: auth.madeFor, changed: true}
+		if move != nil && auth.cur.fingerprint() == move.cas.fingerprint() {
+			auth.static = move
+		}
+	case leaving:
+	case auth == nil && move != nil:
+		// Members started under spec.TLS.static: their CAs are taken in
+		// as the signing ones (without keys, which the hook never had),
+		// their leaves are copied, and new CAs come in as next, as in a
+		// rotation. The copies are no leaves of a CA made now, only
+		// bundles that also trust it.
+		next, err := newCAPair(c, now, now.Add(auto.CAValidity()))
+		if err != nil {
+			cs.problem, cs.problemMessage = ReasonCASecretInvalid, err.Error()
+			return cs
+		}
+		auth = &authority{cur: move.cas, next: next, static: move, madeFor: p.rotateRequest(), changed: true}
+	case auth == nil:
 		// The first CAs. Nothing is signed with them before they come
 		// back from the API server.
 		pair, err := newCAPair(c, now, now.Add(auto.CAValidity()))
@@ -168,8 +246,6 @@ func (p *planner) planCertificates() *certificates {
 		}
 		cs.secrets = []*corev1.Secret{p.caSecret(cs.names.CA, &authority{cur: pair, madeFor: p.rotateRequest()})}
 		return cs
-	}
-	switch {
 	case auth.next == nil && (!auth.cur.canSign() || !now.Before(auth.cur.notAfter().Add(-lead)) || p.rotateRequest() != auth.madeFor):
 		next, err := newCAPair(c, now, now.Add(auto.CAValidity()))
 		if err != nil {
@@ -178,43 +254,111 @@ func (p *planner) planCertificates() *certificates {
 		}
 		// Only the CA Secret changes: the bundles take the new CA once it
 		// is observed.
+		cs.trust = auth.trust()
 		nextAuth := *auth
 		nextAuth.next, nextAuth.madeFor, nextAuth.changed = next, p.rotateRequest(), true
 		cs.secrets = append(cs.secrets, p.caSecret(cs.names.CA, &nextAuth))
-		cs.trust = auth.cur.fingerprint()
 		cs.rotation = "a new CA is made; the members will be restarted one at a time to trust it"
 		p.keepLeafSecrets(cs)
 		p.certificateStatus(cs, auth, lead)
 		return cs
 	case auth.next != nil && p.everyMemberTrusts(auth.next.fingerprint()):
+		// Every member runs on this CA's Secrets: spec.TLS.static's, if
+		// they moved from it, are needed no more.
 		auth = &authority{cur: auth.next, old: trustOnly(auth.cur), madeFor: auth.madeFor, changed: true}
+		cs.static = nil
 	}
-	if auth.old != nil && !now.Before(auth.old.notAfter()) {
-		auth.old, auth.changed = nil, true
+	if auth.old != nil && (!now.Before(auth.old.notAfter()) || (!auth.leavesSince.IsZero() && !now.Before(auth.leavesSince.Add(p.secretPropagation())))) {
+		// Expired, or every leaf was re-issued under the signing CA long
+		// enough ago for the kubelets to have brought the new files into
+		// every Pod: the old CA leaves the bundles, and members, which
+		// trust it until they restart, roll (see distrusting).
+		auth.old, auth.leavesSince, auth.changed = nil, time.Time{}, true
 	}
-	newest := auth.cur
-	if auth.next != nil {
-		newest = auth.next
-		cs.rotation = fmt.Sprintf("members are restarted one at a time to trust the new CA (%s); then every certificate is re-issued under it", newest.fingerprint())
+	if leaving && auth.static != nil && auth.next == nil && auth.old == nil {
+		// The members serve spec.TLS.static's leaves, and have had the
+		// time to pick them up: they roll onto its Secrets.
+		cs.mountStatic = true
+		if !p.membersMount(p.o.Cluster.AutoTLSSecrets()) {
+			cs.done = true
+			return cs
+		}
 	}
-	cs.trust = newest.fingerprint()
-	cs.secrets = append(cs.secrets, p.caSecret(cs.names.CA, auth))
+	switch {
+	case leaving && cs.mountStatic:
+		cs.rotation = "moving to spec.TLS.static: the members are restarted one at a time onto its Secrets"
+	case leaving && auth.next != nil:
+		cs.rotation = "moving to spec.TLS.static: the members are restarted one at a time to trust its CAs"
+	case leaving:
+		cs.rotation = "moving to spec.TLS.static: its certificates are copied into the hook's Secrets; once the kubelets have brought them into every Pod, the members are restarted one at a time onto its Secrets"
+	case auth.next != nil:
+		cs.rotation = fmt.Sprintf("members are restarted one at a time to trust the new CA (%s); then every certificate is re-issued under it", auth.next.fingerprint())
+		if auth.static != nil {
+			cs.rotation = "moving from spec.TLS.static: " + cs.rotation + ", and the CAs of spec.TLS.static are trusted no more"
+		}
+	case auth.old != nil:
+		cs.rotation = fmt.Sprintf("every certificate is re-issued under the new CA (%s); once the kubelets have brought them into every Pod, the old CA (%s) is dropped and the members restart one at a time to trust it no more",
+			auth.cur.fingerprint(), auth.old.fingerprint())
+	}
+	cs.trust = auth.trust()
 	cs.ready = true
-	for _, leaf := range append(p.leafSpecs(cs.names), p.userLeafSpecs()...) {
-		s, notAfter, err := p.renderLeaf(leaf, auth, lead)
+	leaves := make([]*corev1.Secret, 0, 4)
+	allCurrent := true
+	specs := p.leafSpecs(cs.names)
+	if !leaving {
+		// Moving to spec.TLS.static, users' Secrets are kept as they are
+		// until the move is over (see secretChildren).
+		specs = append(specs, p.userLeafSpecs()...)
+	}
+	for _, leaf := range specs {
+		r, err := p.renderLeaf(leaf, auth, lead)
 		if err != nil {
 			cs.problem, cs.problemMessage = ReasonCASecretInvalid, err.Error()
 			return cs
+		}
+		allCurrent = allCurrent && r.current
+		if r.secret == nil {
+			// A user's certificate, while the signing CA is one the hook
+			// has no key of: it is issued under the next one.
+			continue
 		}
 		if _, observed := p.o.SecretChildren[leaf.secret]; !observed && !strings.HasPrefix(leaf.name, "user:") {
 			// A user's certificate is no member's: members go on without.
 			cs.ready = false
 		}
-		cs.secrets = append(cs.secrets, s)
-		cs.leaves = append(cs.leaves, leafExpiry{leaf.name, leaf.secret, notAfter})
+		leaves = append(leaves, r.secret)
+		cs.leaves = append(cs.leaves, leafExpiry{leaf.name, leaf.secret, r.notAfter})
 	}
+	if auth.old != nil && auth.leavesSince.IsZero() && allCurrent && cs.ready {
+		// Every leaf is observed under the signing CA: the kubelets'
+		// delay starts now.
+		auth.leavesSince = now
+	}
+	if auth.old != nil && !auth.leavesSince.IsZero() {
+		cs.wakeAt(auth.leavesSince.Add(p.secretPropagation()))
+	}
+	cs.secrets = append(append(cs.secrets, p.caSecret(cs.names.CA, auth)), leaves...)
 	p.certificateStatus(cs, auth, lead)
 	return cs
+}
+
+// secretPropagation is how long the kubelets take to bring an updated
+// Secret into the Pods that mount it.
+func (p *planner) secretPropagation() time.Duration {
+	if d := p.o.SecretPropagation; d > 0 {
+		return d
+	}
+	return DefaultSecretPropagation
+}
+
+// DefaultSecretPropagation: a kubelet's sync period (1m) and the delay of
+// its Secret cache (1m at most, by default).
+const DefaultSecretPropagation = 2 * time.Minute
+
+func (cs *certificates) wakeAt(t time.Time) {
+	if cs.wake.IsZero() || t.Before(cs.wake) {
+		cs.wake = t
+	}
 }
 
 // ownSecret: a Secret this cluster's hook rendered: a child, or one whose
@@ -232,7 +376,7 @@ func (p *planner) ownSecret(s *corev1.Secret) bool {
 // serves, and none is on its way out.
 func (p *planner) everyMemberTrusts(fingerprint string) bool {
 	for _, pod := range p.o.Pods {
-		if pod.DeletionTimestamp != nil || pod.Annotations[AnnotationTrustedCA] != fingerprint || !podReady(pod) {
+		if pod.DeletionTimestamp != nil || newestTrusted(pod) != fingerprint || !podReady(pod) {
 			return false
 		}
 	}
@@ -257,13 +401,28 @@ func (p *planner) observedAuthority(names v1beta2.TLSSecretNames) (*authority, e
 		// Made for whatever is asked now: only a lost key rotates.
 		return &authority{cur: pair, madeFor: p.rotateRequest()}, nil
 	}
-	cur, err := parsePair(s, caPeerCert, caPeerKey, s, caClientCert, caClientKey)
+	// The signing CAs have no keys when they were read back from the
+	// members' bundles (a lost CA Secret) or taken in from
+	// spec.TLS.static: new ones are on their way.
+	peerKey, clientKey := caPeerKey, caClientKey
+	if len(s.Data[caPeerKey]) == 0 && len(s.Data[caClientKey]) == 0 {
+		peerKey, clientKey = "", ""
+	}
+	cur, err := parsePair(s, caPeerCert, peerKey, s, caClientCert, clientKey)
 	if err != nil {
 		return nil, fmt.Errorf("the CA Secret %q: %w; delete it to have the CAs made again (the members then restart, one at a time, to trust the new ones)", names.CA, err)
 	}
 	auth := &authority{cur: cur, madeFor: s.Annotations[AnnotationCAMadeFor], observed: s}
+	if at, err := time.Parse(time.RFC3339, s.Annotations[AnnotationLeavesReissued]); err == nil {
+		auth.leavesSince = at
+	}
 	if len(s.Data[nextCA+caPeerCert]) > 0 {
-		if auth.next, err = parsePair(s, nextCA+caPeerCert, nextCA+caPeerKey, s, nextCA+caClientCert, nextCA+caClientKey); err != nil {
+		// Without keys: spec.TLS.static's CAs, which the members move to.
+		peerKey, clientKey := nextCA+caPeerKey, nextCA+caClientKey
+		if len(s.Data[peerKey]) == 0 && len(s.Data[clientKey]) == 0 {
+			peerKey, clientKey = "", ""
+		}
+		if auth.next, err = parsePair(s, nextCA+caPeerCert, peerKey, s, nextCA+caClientCert, clientKey); err != nil {
 			return nil, fmt.Errorf("the CA Secret %q, the CA being brought in: %w", names.CA, err)
 		}
 	}
@@ -322,9 +481,7 @@ func newCAPair(c *v1beta2.EtcdCluster, now, notAfter time.Time) (*caPair, error)
 func (p *planner) caSecret(name string, a *authority) *corev1.Secret {
 	if a.observed != nil && !a.changed {
 		s := p.secretChild(name, a.observed.Data)
-		if a.madeFor != "" {
-			s.Annotations = map[string]string{AnnotationCAMadeFor: a.madeFor}
-		}
+		s.Annotations = a.annotations()
 		return s
 	}
 	data := map[string][]byte{caPeerCert: a.cur.peer.CertPEM, caClientCert: a.cur.client.CertPEM}
@@ -332,17 +489,31 @@ func (p *planner) caSecret(name string, a *authority) *corev1.Secret {
 		data[caPeerKey], data[caClientKey] = a.cur.peer.KeyPEM, a.cur.client.KeyPEM
 	}
 	if n := a.next; n != nil {
-		data[nextCA+caPeerCert], data[nextCA+caPeerKey] = n.peer.CertPEM, n.peer.KeyPEM
-		data[nextCA+caClientCert], data[nextCA+caClientKey] = n.client.CertPEM, n.client.KeyPEM
+		data[nextCA+caPeerCert], data[nextCA+caClientCert] = n.peer.CertPEM, n.client.CertPEM
+		if n.canSign() {
+			data[nextCA+caPeerKey], data[nextCA+caClientKey] = n.peer.KeyPEM, n.client.KeyPEM
+		}
 	}
 	if o := a.old; o != nil {
 		data[oldCA+caPeerCert], data[oldCA+caClientCert] = o.peer.CertPEM, o.client.CertPEM
 	}
 	s := p.secretChild(name, data)
-	if a.madeFor != "" {
-		s.Annotations = map[string]string{AnnotationCAMadeFor: a.madeFor}
-	}
+	s.Annotations = a.annotations()
 	return s
+}
+
+func (a *authority) annotations() map[string]string {
+	if a.madeFor == "" && (a.old == nil || a.leavesSince.IsZero()) {
+		return nil
+	}
+	out := map[string]string{}
+	if a.madeFor != "" {
+		out[AnnotationCAMadeFor] = a.madeFor
+	}
+	if a.old != nil && !a.leavesSince.IsZero() {
+		out[AnnotationLeavesReissued] = a.leavesSince.UTC().Format(time.RFC3339)
+	}
+	return out
 }
 
 // rotateRequest is AnnotationRotateCA's value.

@@ -93,12 +93,23 @@ func makeLeafSpecs(c *v1beta2.EtcdCluster, domain string, names v1beta2.TLSSecre
 	return specs
 }
 
+// renderedLeaf is one leaf Secret as answered.
+type renderedLeaf struct {
+	// secret is nil for a user's certificate that cannot be issued yet.
+	secret   *corev1.Secret
+	notAfter time.Time
+	// current: the observed leaf is kept, and it is the signing CA's
+	// (or the spec.TLS.static leaf being moved from).
+	current bool
+}
+
 // renderLeaf answers one leaf Secret: the observed one, with the current
 // trust bundle, while its leaf is good; a new leaf otherwise. A leaf that
 // is due while a CA rotation is under way waits for the new CA rather
 // than be issued again under the one going out (it could only be cut to
-// that CA's expiry, which is due too).
-func (p *planner) renderLeaf(l leafSpec, a *authority, lead time.Duration) (*corev1.Secret, time.Time, error) {
+// that CA's expiry, which is due too). While members move from
+// spec.TLS.static, the leaves are theirs, copied.
+func (p *planner) renderLeaf(l leafSpec, a *authority, lead time.Duration) (renderedLeaf, error) {
 	pick := func(c *caPair) *pki.KeyPair {
 		if c == nil {
 			return nil
@@ -111,25 +122,43 @@ func (p *planner) renderLeaf(l leafSpec, a *authority, lead time.Duration) (*cor
 	ca := pick(a.cur)
 	bundle := p.bundle(l.peer, ca, pick(a.next), pick(a.old))
 	now := p.o.Now
-	if s, ok := p.o.SecretChildren[l.secret]; ok {
+	s, observed := p.o.SecretChildren[l.secret]
+	keep := func(notAfter time.Time, current bool) renderedLeaf {
+		data := s.Data
+		if !bytes.Equal(data[l.caKey], bundle) {
+			data = maps.Clone(s.Data)
+			data[l.caKey] = bundle
+		}
+		return renderedLeaf{p.secretChild(l.secret, data), notAfter, current}
+	}
+	if a.static != nil {
+		if cert, key, notAfter, ok := a.static.leaf(l); ok {
+			if observed && bytes.Equal(s.Data[l.certKey], cert) && bytes.Equal(s.Data[l.keyKey], key) {
+				return keep(notAfter, true), nil
+			}
+			return renderedLeaf{p.secretChild(l.secret, map[string][]byte{l.certKey: cert, l.keyKey: key, l.caKey: bundle}), notAfter, false}, nil
+		}
+	}
+	if observed {
 		v := leafVerdictOf(s, l, ca)
 		due := !now.Before(v.notAfter.Add(-lead))
-		if (v.good && (!due || a.next != nil)) || (!ca.CanSign() && v.parses && now.Before(v.notAfter)) {
-			data := s.Data
-			if !bytes.Equal(data[l.caKey], bundle) {
-				data = maps.Clone(s.Data)
-				data[l.caKey] = bundle
-			}
-			return p.secretChild(l.secret, data), v.notAfter, nil
+		if v.good && (!due || a.next != nil) {
+			return keep(v.notAfter, true), nil
 		}
+		if !ca.CanSign() && v.parses && now.Before(v.notAfter) {
+			return keep(v.notAfter, false), nil
+		}
+	}
+	if !ca.CanSign() && strings.HasPrefix(l.name, "user:") {
+		return renderedLeaf{}, nil
 	}
 	req := l.req
 	req.NotAfter = now.Add(p.spec.TLS.Auto.LeafValidity())
 	leaf, err := ca.Issue(req, now)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("issuing Secret %q: %w", l.secret, err)
+		return renderedLeaf{}, fmt.Errorf("issuing Secret %q: %w", l.secret, err)
 	}
-	return p.secretChild(l.secret, map[string][]byte{l.certKey: leaf.CertPEM, l.keyKey: leaf.KeyPEM, l.caKey: bundle}), leaf.Cert.NotAfter, nil
+	return renderedLeaf{p.secretChild(l.secret, map[string][]byte{l.certKey: leaf.CertPEM, l.keyKey: leaf.KeyPEM, l.caKey: bundle}), leaf.Cert.NotAfter, false}, nil
 }
 
 // bundle is the trust bundle of the peer or the client CAs, made once a
@@ -209,7 +238,7 @@ type keyPairKey struct {
 }
 
 // cachedKeyPair parses the certificate under certKey, and its key under
-// keyKey if given.
+// keyKey if given; without a key, every certificate under certKey.
 func cachedKeyPair(s *corev1.Secret, certKey, keyKey string) (*pki.KeyPair, error) {
 	version, keyed := versionOf(s)
 	key := keyPairKey{version, certKey, keyKey}
@@ -218,11 +247,15 @@ func cachedKeyPair(s *corev1.Secret, certKey, keyKey string) (*pki.KeyPair, erro
 			return k, nil
 		}
 	}
-	var keyPEM []byte
+	var k *pki.KeyPair
+	var err error
 	if keyKey != "" {
-		keyPEM = plan.SecretValue(s, keyKey)
+		k, err = pki.Parse(plan.SecretValue(s, certKey), plan.SecretValue(s, keyKey))
+	} else {
+		// Every certificate of the file: a CA without its key is kept for
+		// trust, and a bundle trusts them all.
+		k, err = pki.ParseTrust(plan.SecretValue(s, certKey))
 	}
-	k, err := pki.Parse(plan.SecretValue(s, certKey), keyPEM)
 	if err != nil {
 		return nil, err
 	}

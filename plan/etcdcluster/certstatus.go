@@ -36,10 +36,17 @@ func sameTLSStatus(a, b *v1beta2.TLSStatus) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.CARotation == b.CARotation && slices.EqualFunc(a.Certificates, b.Certificates, func(x, y v1beta2.CertificateStatus) bool {
+	return a.CARotation == b.CARotation && sameStatic(a.Static, b.Static) && slices.EqualFunc(a.Certificates, b.Certificates, func(x, y v1beta2.CertificateStatus) bool {
 		return x.Name == y.Name && x.Secret == y.Secret && x.NotAfter.Equal(&y.NotAfter) &&
 			(x.RenewAt == nil) == (y.RenewAt == nil) && (x.RenewAt == nil || x.RenewAt.Equal(y.RenewAt))
 	})
+}
+
+func sameStatic(a, b *v1beta2.StaticTLS) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.OperatorSecret == b.OperatorSecret && (a.Member == nil) == (b.Member == nil) && (a.Member == nil || *a.Member == *b.Member)
 }
 
 func (p *planner) renderTLSStatus() *v1beta2.TLSStatus {
@@ -47,7 +54,7 @@ func (p *planner) renderTLSStatus() *v1beta2.TLSStatus {
 	case p.spec.TLS == nil || (p.spec.TLS.Auto == nil && p.spec.TLS.Static == nil):
 		return nil
 	case p.certs != nil && len(p.certs.status) > 0:
-		return &v1beta2.TLSStatus{Certificates: p.certs.status, CARotation: p.certs.rotation}
+		return &v1beta2.TLSStatus{Certificates: p.certs.status, CARotation: p.certs.rotation, Static: p.staticStatus()}
 	case p.spec.TLS.IsAuto():
 		return p.o.Cluster.Status.TLS
 	}
@@ -61,10 +68,7 @@ func (p *planner) renderTLSStatus() *v1beta2.TLSStatus {
 			certs = append(certs, v1beta2.CertificateStatus{Name: staticCertName(s.SecretKeys), Secret: s.name, NotAfter: metav1.NewTime(notAfter)})
 		}
 	}
-	if len(certs) == 0 {
-		return nil
-	}
-	return &v1beta2.TLSStatus{Certificates: certs}
+	return &v1beta2.TLSStatus{Certificates: certs, Static: p.staticStatus()}
 }
 
 func staticCertName(k plan.SecretKeys) string {
@@ -117,10 +121,24 @@ func (p *planner) certificatesCondition(st *v1beta2.ClusterStatus) (condition, b
 func (p *planner) secretChildren() []plan.Child {
 	if cs := p.certs; cs != nil && cs.problem == "" {
 		out := make([]plan.Child, 0, len(cs.secrets))
+		rendered := map[string]bool{}
 		for _, s := range cs.secrets {
+			rendered[s.Name] = true
 			out = append(out, plan.Child{Kind: plan.KindSecret, Name: s.Name, Object: s})
 		}
+		if cs.leaving {
+			// Users' Secrets, as they are, until the move is over.
+			for _, name := range sorted(keysOf(p.o.SecretChildren)) {
+				if s := p.o.SecretChildren[name]; !rendered[name] {
+					out = append(out, plan.Keep(plan.KindSecret, name, s.Annotations, func() any { return s }))
+				}
+			}
+		}
 		return out
+	}
+	auto := p.o.Cluster.AutoTLSSecrets()
+	left := func(name string) bool {
+		return p.leftAuto && (name == auto.CA || name == auto.Peer || name == auto.Server || name == auto.Operator)
 	}
 	if p.spec.Auth != nil && p.certs == nil && p.planned {
 		// Password users' Secrets, and the cluster's other Secret children
@@ -132,7 +150,7 @@ func (p *planner) secretChildren() []plan.Child {
 			out = append(out, plan.Child{Kind: plan.KindSecret, Name: s.Name, Object: s})
 		}
 		for _, name := range sorted(keysOf(p.o.SecretChildren)) {
-			if s := p.o.SecretChildren[name]; !rendered[name] && !strings.HasPrefix(name, UserSecretName(p.o.Cluster.Name, "")) {
+			if s := p.o.SecretChildren[name]; !rendered[name] && !left(name) && !strings.HasPrefix(name, UserSecretName(p.o.Cluster.Name, "")) {
 				out = append(out, plan.Keep(plan.KindSecret, name, s.Annotations, func() any { return s }))
 			}
 		}
@@ -140,6 +158,9 @@ func (p *planner) secretChildren() []plan.Child {
 	}
 	out := make([]plan.Child, 0, len(p.o.SecretChildren))
 	for _, name := range sorted(keysOf(p.o.SecretChildren)) {
+		if left(name) {
+			continue
+		}
 		s := p.o.SecretChildren[name]
 		out = append(out, plan.Keep(plan.KindSecret, name, s.Annotations, func() any { return s }))
 	}
@@ -162,6 +183,12 @@ func (p *planner) wakeForCertificates(d *Decision) {
 func (p *planner) certificateStatus(cs *certificates, a *authority, lead time.Duration) {
 	now := p.o.Now
 	add := func(name, secret string, notAfter time.Time) {
+		if a.static != nil {
+			// The user's certificates, copied while members move between
+			// spec.TLS.static and auto: the hook does not renew them.
+			cs.status = append(cs.status, v1beta2.CertificateStatus{Name: name, Secret: secret, NotAfter: metav1.NewTime(notAfter)})
+			return
+		}
 		renew := notAfter.Add(-lead)
 		cs.status = append(cs.status, v1beta2.CertificateStatus{Name: name, Secret: secret, NotAfter: metav1.NewTime(notAfter), RenewAt: &metav1.Time{Time: renew}})
 		if now.After(renew.Add(overdueAfter(lead))) {

@@ -61,6 +61,10 @@ type Observed struct {
 	// SecretChildren are the Secrets the hook renders, by name: the CAs
 	// and certificates of spec.TLS.auto (see autotls.go).
 	SecretChildren map[string]*corev1.Secret
+	// SecretPropagation is how long the kubelets take to bring an updated
+	// Secret into the Pods that mount it [DefaultSecretPropagation]: a CA
+	// leaves the bundles only that long after the leaves it signed did.
+	SecretPropagation time.Duration
 	// AgentImage is this project's image, which fetches and checks the
 	// snapshot in a restored cluster's seed.
 	AgentImage string

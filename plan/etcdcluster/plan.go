@@ -102,6 +102,9 @@ type planner struct {
 	// certs is what this sync renders of spec.TLS.auto; nil without it,
 	// or when the sync is frozen before it is planned.
 	certs *certificates
+	// leftAuto: the members moved from spec.TLS.auto's Secrets to
+	// spec.TLS.static's, so the hook's are answered no more.
+	leftAuto bool
 	// firstSeed is SeedName of the cluster's first seed, once computed:
 	// a plan asks for it several times, and it is a SHA-256.
 	firstSeed string
@@ -137,12 +140,15 @@ func Plan(observed *Observed) (d Decision) {
 	if msg := p.tlsChangeRefused(); msg != "" {
 		return p.frozen(ReasonTLSChangeRefused, msg+"; the cluster is left as it is")
 	}
-	if p.spec.TLS.IsAuto() {
+	if p.spec.TLS.IsAuto() || p.leavingAuto() {
 		// Renewed in place even while paused: a certificate left to
 		// expire would stop the cluster. A CA rotation waits, as every
 		// rollout does.
 		p.certs = p.planCertificates()
 		switch {
+		case p.certs.done:
+			// Moved to spec.TLS.static: the hook's Secrets go.
+			p.certs, p.leftAuto = nil, true
 		case p.certs.problem != "":
 			return p.frozen(p.certs.problem, p.certs.problemMessage+"; so the cluster is left as it is")
 		case !p.certs.ready:

@@ -44,6 +44,8 @@ type memberPodInput struct {
 	seed, token string
 	// trust is AnnotationTrustedCA, with spec.TLS.auto.
 	trust string
+	// tls are the Secrets the member mounts (see mountedSecrets).
+	tls v1beta2.TLSSecretNames
 	// serving: the member may take client traffic from its first start
 	// (see serving.go).
 	serving bool
@@ -54,6 +56,7 @@ func (p *planner) memberPod(name, initialCluster, state string) *corev1.Pod {
 	in := memberPodInput{
 		cluster: p.o.Cluster, spec: p.spec, name: name, initialCluster: initialCluster, state: state,
 		seed: p.seed(), token: p.clusterToken(), serving: p.serving[name], trust: p.trustMarker(),
+		tls: p.mountedSecrets(),
 	}
 	pod := renderMemberPod(in)
 	// A member a restore started restores again whenever it is rendered
@@ -148,7 +151,7 @@ func renderMemberPod(in memberPodInput) *corev1.Pod {
 			Affinity:           affinityFor(c.Name, policy),
 		},
 	}
-	addTLS(pod, c.TLSSecrets())
+	addTLS(pod, in.tls)
 	if policy != nil {
 		pod.Spec.NodeSelector = policy.NodeSelector
 		pod.Spec.Tolerations = policy.Tolerations

@@ -110,6 +110,7 @@ func (p *planner) restoreSeedPod(seed string, req *restoreRequest) *corev1.Pod {
 		cluster: c, spec: p.spec, name: seed,
 		initialCluster: p.restoreInitialCluster(members),
 		state:          "new", seed: seed, token: token, trust: p.trustMarker(),
+		tls: p.mountedSecrets(),
 	}
 	pod := renderMemberPod(in)
 	p.addRestoreSteps(pod, in, req.source, req.id, p.replacedRevision())

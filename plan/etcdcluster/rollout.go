@@ -127,7 +127,7 @@ func (p *planner) outdated(pod *corev1.Pod) bool {
 		return false
 	}
 	h := pod.Annotations[AnnotationPodSpecHash]
-	return h != "" && (h != p.podHash() || p.distrusting(pod))
+	return h != "" && (h != p.podHash() || p.distrusting(pod) || p.remounting(pod))
 }
 
 func (p *planner) podHash() string {

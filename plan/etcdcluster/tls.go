@@ -137,9 +137,19 @@ func (p *planner) tlsChangeRefused() string {
 		case want == podTLS{}:
 			return fmt.Sprintf("member %s serves %s, and spec.TLS asks for none: TLS cannot be turned off for a running cluster. "+
 				"Put spec.TLS back to go on as before", name, got)
+		case !p.spec.TLS.IsAuto() && p.leavingAuto() && got == (podTLS{peer: p.o.Cluster.AutoTLSSecrets().Peer, server: p.o.Cluster.AutoTLSSecrets().Server}):
+			// Moving to spec.TLS.static: see tlsmove.go.
+			continue
 		case p.spec.TLS.IsAuto():
-			return fmt.Sprintf("member %s serves %s, and spec.TLS.auto asks for %s: a running cluster cannot be moved from spec.TLS.static to spec.TLS.auto yet. "+
-				"Put spec.TLS.static back to go on as before", name, got, want)
+			if from := movingFrom(p.o.Cluster); from != nil && got == (podTLS{peer: from.Member.PeerSecret, server: from.Member.ServerSecret}) {
+				// Moving from spec.TLS.static: see tlsmove.go.
+				continue
+			}
+			return fmt.Sprintf("member %s serves %s, and spec.TLS.auto asks for %s: a cluster moves from spec.TLS.static to spec.TLS.auto only from the Secrets status.TLS.static names, "+
+				"with TLS for peers and clients and an operatorSecret. Put spec.TLS.static back to go on as before", name, got, want)
+		case got == (podTLS{peer: p.o.Cluster.AutoTLSSecrets().Peer, server: p.o.Cluster.AutoTLSSecrets().Server}):
+			return fmt.Sprintf("member %s serves %s, and spec.TLS.static asks for %s: a cluster moves from spec.TLS.auto to spec.TLS.static only with TLS for peers and clients and an operatorSecret, "+
+				"while the hook's CA Secret %q exists. Put spec.TLS.auto back to go on as before", name, got, want, p.o.Cluster.AutoTLSSecrets().CA)
 		default:
 			return fmt.Sprintf("member %s serves %s, and spec.TLS asks for %s: a running member's Secrets cannot be swapped. "+
 				"Put spec.TLS back, and rotate certificates by updating the Secrets in place", name, got, want)
@@ -228,27 +238,36 @@ func (p *planner) secret(name string) (*corev1.Secret, bool) {
 // trustMarker is AnnotationTrustedCA of a member Pod rendered now; "" but
 // with spec.TLS.auto.
 func (p *planner) trustMarker() string {
-	if p.certs == nil {
+	if p.certs == nil || p.certs.mountStatic {
 		return ""
 	}
 	return p.certs.trust
 }
 
-// distrusting: the member's etcd was started before the CA it must trust
-// was made, so only a new Pod gets it to trust that CA.
-func (p *planner) distrusting(pod *corev1.Pod) bool {
-	want := p.trustMarker()
-	return want != "" && pod.Annotations[AnnotationTrustedCA] != want
+// mountedSecrets are the TLS Secrets a member Pod rendered now mounts:
+// spec.TLS's, but the hook's own while members move away from them to
+// spec.TLS.static (see tlsmove.go).
+func (p *planner) mountedSecrets() v1beta2.TLSSecretNames {
+	if cs := p.certs; cs != nil && cs.leaving && !cs.mountStatic {
+		return cs.names
+	}
+	return p.o.Cluster.TLSSecrets()
 }
 
 // relatedSecretNames are the Secrets an EtcdCluster's sync needs to see:
 // spec.TLS.static's, or the names spec.TLS.auto renders Secrets under (a
 // Secret of that name that is not the cluster's child is reported, rather
-// than fought over).
+// than fought over) and, while members move from spec.TLS.static, the
+// Secrets status.TLS.static names.
 func relatedSecretNames(c *v1beta2.EtcdCluster) []string {
 	t := c.TLSSecrets()
+	all := []string{t.CA, t.Peer, t.Server, t.Operator}
+	if from := movingFrom(c); from != nil {
+		// What the members run with while they move to spec.TLS.auto.
+		all = append(all, from.Member.PeerSecret, from.Member.ServerSecret, from.OperatorSecret)
+	}
 	var names []string
-	for _, n := range []string{t.CA, t.Peer, t.Server, t.Operator} {
+	for _, n := range all {
 		if n != "" && !slices.Contains(names, n) {
 			names = append(names, n)
 		}

@@ -49,9 +49,15 @@ func issued(t testing.TB) map[string]*corev1.Secret {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]*corev1.Secret{
+	out := map[string]*corev1.Secret{
 		peerSecret: secret(peerSecret, s.Peer), serverSecret: secret(serverSecret, s.Server), operatorSecret: secret(operatorSecret, s.Client),
 	}
+	for name, sec := range out {
+		// Each issue is another Secret to the planner, which remembers
+		// what it parsed by UID and resourceVersion.
+		sec.UID = types.UID(fmt.Sprintf("uid-%s-%d", name, secretVersions.Add(1)))
+	}
+	return out
 }
 
 func withSecrets(o *Observed, secrets map[string]*corev1.Secret) *Observed {

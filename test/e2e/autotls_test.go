@@ -46,12 +46,17 @@ const (
 type secretTrust struct {
 	env    *harness.Env
 	secret string
+	// fallback is read while secret does not exist.
+	fallback string
 	// handshakes counts the handshakes verified against the bundle.
 	handshakes atomic.Int64
 }
 
 func (st *secretTrust) data() (map[string][]byte, error) {
 	obj, ok := st.env.API.Get(harness.Ref{Type: harness.TypeSecret, Namespace: ns, Name: st.secret})
+	if !ok && st.fallback != "" {
+		obj, ok = st.env.API.Get(harness.Ref{Type: harness.TypeSecret, Namespace: ns, Name: st.fallback})
+	}
 	if !ok {
 		return nil, fmt.Errorf("Secret %s not found", st.secret)
 	}
@@ -406,6 +411,10 @@ func (s *scenario) autoTLSRotations(trust *secretTrust) {
 	// A CA rotation, asked for.
 	_, before, _ := s.c.Parent()
 	oldCA := certificateNotAfter(before, "peer-ca")
+	oldOperator, err := trust.data()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.env.MC.AnnotateParent(ns, exampleName, annotationRotateCA, "e2e-"+time.Now().UTC().Format("150405")); err != nil {
 		t.Fatal(err)
 	}
@@ -428,6 +437,7 @@ func (s *scenario) autoTLSRotations(trust *secretTrust) {
 			t.Errorf("CA rotation: Pod %s was not restarted, so its etcd does not trust the new CA", p.Name)
 		}
 	}
+	s.refusedAfterRotation(trust, oldOperator)
 	s.verifyWrites("auto TLS: two leaf renewals and a CA rotation")
 	t.Logf("auto TLS: %d handshakes verified against the bundle of the moment", trust.handshakes.Load())
 }

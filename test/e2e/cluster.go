@@ -268,6 +268,9 @@ type ParentStatus struct {
 			RenewAt  *time.Time `json:"renewAt"`
 		} `json:"certificates"`
 		CARotation string `json:"caRotation"`
+		Static     *struct {
+			OperatorSecret string `json:"operatorSecret"`
+		} `json:"static"`
 	} `json:"TLS"`
 	Auth *struct {
 		Enabled bool     `json:"enabled"`

@@ -156,7 +156,7 @@ func (e *Env) start() error {
 	}
 	hookURL := e.opts.HookURL
 	if hookURL == "" {
-		h, err := NewHookProcess(e.Procs, e.opts.HookBinary, filepath.Join(e.Dir, "logs", "hook.log"), e.opts.HookArgs, e.opts.HookEnv)
+		h, err := NewHookProcess(e.Procs, e.opts.HookBinary, filepath.Join(e.Dir, "logs", "hook.log"), e.hookArgs(), e.opts.HookEnv)
 		if err != nil {
 			return err
 		}
@@ -432,4 +432,21 @@ func (e *Env) Resolve(ctx context.Context, host string) ([]string, error) {
 	}
 	sort.Strings(addrs)
 	return addrs, nil
+}
+
+// hookArgs are Options.HookArgs, told how long this kubelet takes to bring
+// an updated Secret into a Pod (a few of its refresh periods) unless they
+// say otherwise: a real kubelet takes a minute or two, which is the hook's
+// default.
+func (e *Env) hookArgs() []string {
+	for _, a := range e.opts.HookArgs {
+		if strings.HasPrefix(a, "--secret-propagation") {
+			return e.opts.HookArgs
+		}
+	}
+	refresh := e.opts.Kubelet.SecretRefreshPeriod
+	if refresh <= 0 {
+		refresh = time.Second
+	}
+	return append([]string{fmt.Sprintf("--secret-propagation=%s", 5*refresh)}, e.opts.HookArgs...)
 }
