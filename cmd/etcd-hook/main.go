@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/etcdhook/etcd-hook/etcdclient"
-	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 	"github.com/etcdhook/etcd-hook/hooks"
+	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 	"github.com/etcdhook/etcd-hook/reconcile"
 )
 
