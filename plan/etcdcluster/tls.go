@@ -251,7 +251,7 @@ func (p *planner) mountedSecrets() v1beta2.TLSSecretNames {
 	if cs := p.certs; cs != nil && cs.leaving && !cs.mountStatic {
 		return cs.names
 	}
-	return p.o.Cluster.TLSSecrets()
+	return p.tlsNames()
 }
 
 // relatedSecretNames are the Secrets an EtcdCluster's sync needs to see:

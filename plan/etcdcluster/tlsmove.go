@@ -163,7 +163,7 @@ func newestTrusted(pod *corev1.Pod) string {
 // Pod loads its trust anew.
 func (p *planner) distrusting(pod *corev1.Pod) bool {
 	want := p.trustMarker()
-	if want == "" {
+	if want == "" || pod.Annotations[AnnotationTrustedCA] == want {
 		return false
 	}
 	wanted := strings.Split(want, ",")
