@@ -38,7 +38,7 @@ import (
 //
 // Rotation. etcd reads its leaf files on every handshake, so a leaf is
 // re-issued in place and no member restarts. It loads the files of trusted
-// CAs once, at start (etcd-io/etcd#11555), so a new CA goes in three steps:
+// CAs once, at start (etcd-io/etcd#11555), so a new CA goes in four steps:
 //  1. the CA is due (renewBefore ahead of its expiry): a new CA pair is made
 //     and added to <cluster>-ca as next;
 //  2. the trust bundles in the leaf Secrets hold both CAs, and each member
@@ -46,12 +46,16 @@ import (
 //     whose Pod trusts less roll, through the quorum-safe rollout;
 //  3. once every member Pod trusts the new CA and is ready, it becomes the
 //     signing CA and every leaf is re-issued under it, in place. The old CA
-//     stays in the bundles, which trust it, until it expires: a member may
-//     serve its old leaf until the kubelet refreshes its files, and once
-//     expired the old CA verifies nothing anyway.
+//     stays in the bundles for now: a member serves its old leaf until the
+//     kubelet refreshes its files;
+//  4. once every leaf is observed under the new CA, the CA Secret records
+//     the moment (AnnotationLeavesReissued), and a kubelet's Secret delay
+//     later (Observed.SecretPropagation) the old CA leaves the bundles. The
+//     members, which trust what they loaded at start, roll once more: from
+//     then on nothing the old CA signed is accepted.
 
-// AnnotationTrustedCA on a member Pod is the fingerprint of the newest CA
-// its etcd was started trusting.
+// AnnotationTrustedCA on a member Pod lists the fingerprints of the CAs
+// its etcd was started trusting, the newest first, comma-separated.
 const AnnotationTrustedCA = v1beta2.Group + "/trusted-ca"
 
 // AnnotationRotateCA on an EtcdCluster asks for new CAs now, through the
