@@ -105,6 +105,21 @@ func verifies(t *testing.T, s *corev1.Secret, leafKey string, bundle []byte, usa
 	return err
 }
 
+// leavesUnder checks the peer, server and operator leaves of an answer
+// verify against the CAs of its CA Secret.
+func leavesUnder(t *testing.T, got map[string]*corev1.Secret, ca *corev1.Secret, at time.Time, what string) {
+	t.Helper()
+	for _, tc := range []struct{ secret, key, caKey string }{
+		{"demo-peer-tls", v1beta2.PeerCertKey, caPeerCert},
+		{"demo-server-tls", v1beta2.ServerCertKey, caClientCert},
+		{"demo-operator-tls", v1beta2.ClientCertKey, caClientCert},
+	} {
+		if err := verifies(t, got[tc.secret], tc.key, ca.Data[tc.caKey], x509.ExtKeyUsageClientAuth, at); err != nil {
+			t.Errorf("%s %s: %v", tc.secret, what, err)
+		}
+	}
+}
+
 // issuedAuto runs the first two syncs of a new auto cluster: the CAs, then
 // the leaves, each applied.
 func issuedAuto(t testing.TB, c *v1beta2.EtcdCluster) *Observed {
@@ -388,15 +403,7 @@ func TestAutoTLSRotatesTheCAs(t *testing.T) {
 	if !bytes.Equal(ca.Data[caPeerCert], newPeerCA.CertPEM) || !bytes.Equal(ca.Data[oldCA+caPeerCert], oldPeerCA.CertPEM) || len(ca.Data[oldCA+caPeerKey]) > 0 || len(ca.Data[nextCA+caPeerCert]) > 0 {
 		t.Fatalf("after the switch the CA Secret holds %v", sorted(keysOf(ca.Data)))
 	}
-	for _, tc := range []struct{ secret, key, caKey string }{
-		{"demo-peer-tls", v1beta2.PeerCertKey, caPeerCert},
-		{"demo-server-tls", v1beta2.ServerCertKey, caClientCert},
-		{"demo-operator-tls", v1beta2.ClientCertKey, caClientCert},
-	} {
-		if err := verifies(t, got[tc.secret], tc.key, ca.Data[tc.caKey], x509.ExtKeyUsageClientAuth, o.Now); err != nil {
-			t.Errorf("%s is not re-issued under the new CA: %v", tc.secret, err)
-		}
-	}
+	leavesUnder(t, got, ca, o.Now, "is not re-issued under the new CA")
 	if d.Action != nil || len(podsIn(d.Children)) != 3 {
 		t.Errorf("the switch moved members: action %v, pods %v", d.Action, podsIn(d.Children))
 	}
