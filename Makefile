@@ -140,7 +140,8 @@ e2e-full: $(E2E_DEPS) ## every end-to-end scenario, the long tail included
 
 # The chaos soak (test/e2e/soak_test.go): operations chosen at random from
 # a seed for SOAK, invariants sampled all the while. make test runs it for
-# two minutes; a failure prints SOAK_SEED, which replays the same choices.
+# 90 seconds, make test-full for two minutes; a failure prints SOAK_SEED,
+# which replays the same choices.
 SOAK ?= 30m
 SOAK_TIMEOUT ?= 3h
 .PHONY: soak

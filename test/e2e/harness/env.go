@@ -437,8 +437,12 @@ func (e *Env) Resolve(ctx context.Context, host string) ([]string, error) {
 // hookArgs are Options.HookArgs, told how long this kubelet takes to bring
 // an updated Secret into a Pod (a few of its refresh periods) unless they
 // say otherwise: a real kubelet takes a minute or two, which is the hook's
-// default.
+// default. Only this tree's hook is told: Options.HookBinary may be an
+// earlier release's, which has no such flag (an operator upgrade test).
 func (e *Env) hookArgs() []string {
+	if e.opts.HookBinary != "" {
+		return e.opts.HookArgs
+	}
 	for _, a := range e.opts.HookArgs {
 		if strings.HasPrefix(a, "--secret-propagation") {
 			return e.opts.HookArgs
