@@ -238,6 +238,22 @@ func TestAutoTLSDropsTheOldCAOnceLeavesArePickedUp(t *testing.T) {
 }
 
 func TestMoveFromAutoTLSToStatic(t *testing.T) {
+	// Refused while not offered (see offerMoveToStatic).
+	refused := runningAuto(t, 3)
+	refused.Cluster.Spec.TLS = tlsCluster(3).Spec.TLS
+	refused.Secrets = issued(t)
+	d := Plan(refused)
+	steps(t, "refused", d, 3, false)
+	if deg := conditionOf(d.Status, v1beta2.ConditionDegraded); deg.Reason != ReasonTLSChangeRefused || !strings.Contains(deg.Message, "cannot be moved from spec.TLS.auto") {
+		t.Errorf("the move to spec.TLS.static, not offered: Degraded %+v", deg)
+	}
+	if got := secretsIn(t, d); len(got) != 4 {
+		t.Errorf("the hook's Secrets must be kept while the move is refused: %v", sorted(keysOf(got)))
+	}
+
+	// The steps, as they would run.
+	offerMoveToStatic = true
+	defer func() { offerMoveToStatic = false }()
 	o := runningAuto(t, 3)
 	o.Cluster.Status.TLS = Plan(o).Status.TLS
 	autoCA := o.SecretChildren["demo-ca"].Data[caPeerCert]
@@ -248,7 +264,7 @@ func TestMoveFromAutoTLSToStatic(t *testing.T) {
 	mounts := func(name string) string { return observedPodTLS(o.Pods[name]).peer }
 
 	// 1. The user's CAs come in as next, without keys; nothing else moves.
-	d := Plan(o)
+	d = Plan(o)
 	steps(t, "bringing the user's CAs in", d, 3, false)
 	ca := secretsIn(t, d)["demo-ca"]
 	if !bytes.Equal(ca.Data[nextCA+caPeerCert], staticPeerCA) || len(ca.Data[nextCA+caPeerKey]) > 0 || !bytes.Equal(ca.Data[caPeerCert], autoCA) {

@@ -74,6 +74,8 @@ type Env struct {
 	cancel    context.CancelFunc
 	dnsRemove func()
 	opts      Options
+	// ownHook: the hook is this tree's build, not Options.HookBinary.
+	ownHook   bool
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
@@ -85,14 +87,15 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 func New(t testing.TB, opts Options) *Env {
 	t.Helper()
 	Require(t)
+	ownHook := opts.HookBinary == ""
 	if opts.HookURL == "" {
-		if opts.HookBinary == "" {
+		if ownHook {
 			opts.HookBinary = testenv.Binary(t, testenv.Hook)
 		} else if err := testenv.Executable(opts.HookBinary); err != nil {
 			testenv.SkipOrFail(t, "%v; run %q from the repository root", err, testenv.BuildHint(testenv.Hook))
 		}
 	}
-	e := &Env{T: t, API: NewAPIServer(), Procs: NewProcTable(), opts: opts}
+	e := &Env{T: t, API: NewAPIServer(), Procs: NewProcTable(), opts: opts, ownHook: ownHook}
 	dir, err := testDir(t)
 	if err != nil {
 		t.Fatalf("harness: %v", err)
@@ -440,7 +443,7 @@ func (e *Env) Resolve(ctx context.Context, host string) ([]string, error) {
 // default. Only this tree's hook is told: Options.HookBinary may be an
 // earlier release's, which has no such flag (an operator upgrade test).
 func (e *Env) hookArgs() []string {
-	if e.opts.HookBinary != "" {
+	if !e.ownHook {
 		return e.opts.HookArgs
 	}
 	for _, a := range e.opts.HookArgs {
