@@ -181,7 +181,7 @@ func (p *planner) distrusting(pod *corev1.Pod) bool {
 
 // offerMoveToStatic: the move from spec.TLS.auto to spec.TLS.static is
 // planned step by step (TestMoveFromAutoTLSToStatic), but not offered: in
-// 3 of 5 end-to-end runs a writer saw 1 or 2 failed puts (never a lost
+// 2 of 4 end-to-end runs a writer saw 1 or 2 failed puts (never a lost
 // one) during it, and in 1 of 6 runs of the move the other way, against
 // none in CA rotations. Until that is understood, the way back is refused
 // as before (TLSChangeRefused).
