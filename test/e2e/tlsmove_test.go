@@ -15,12 +15,12 @@ import (
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
 )
 
-// TestTLSMovesBetweenStaticAndAuto: a running cluster on claims, with the
+// TestTLSMoveFromStaticToAuto: a running cluster on claims, with the
 // CoreOS example's Secrets of spec.TLS.static, is moved to spec.TLS.auto
 // under a writer. The members keep their IDs and their data and no write
 // fails; after the move, certificates of the user's CA are refused. (The
 // way back is not offered yet: see offerMoveToStatic.)
-func TestTLSMovesBetweenStaticAndAuto(t *testing.T) {
+func TestTLSMoveFromStaticToAuto(t *testing.T) {
 	s := newFaultScenario(t, harness.Options{ClusterCustomize: true})
 	ca, err := tlstest.NewCA("etcd ca")
 	if err != nil {
@@ -52,14 +52,14 @@ func TestTLSMovesBetweenStaticAndAuto(t *testing.T) {
 		"accessModes": []any{"ReadWriteOnce"},
 		"resources":   map[string]any{"requests": map[string]any{"storage": "1Gi"}},
 	}}}
-	s.createSpec("TLS moves: create with spec.TLS.static, size 3, on claims", spec)
+	s.createSpec("TLS move: create with spec.TLS.static, size 3, on claims", spec)
 	if t.Failed() {
 		return
 	}
 	if err := s.putWith(usersCA); err != nil {
 		t.Fatalf("before the move, a certificate of the user's CA: %v", err)
 	}
-	s.startFaultWriter("tls-moves")
+	s.startFaultWriter("tls-move")
 	world := s.world(s.c.PodNames())
 
 	s.tlsMove("from spec.TLS.static to auto", world, map[string]any{"static": nil, "auto": map[string]any{}}, func(st ParentStatus) bool {
@@ -77,7 +77,7 @@ func TestTLSMovesBetweenStaticAndAuto(t *testing.T) {
 		}
 	}
 	s.verifyWrites("the move from spec.TLS.static to auto")
-	t.Logf("TLS moves: %d handshakes verified against the bundle of the moment", trust.handshakes.Load())
+	t.Logf("TLS move: %d handshakes verified against the bundle of the moment", trust.handshakes.Load())
 }
 
 // tlsMove patches spec.TLS and waits for the move to end: no failed
