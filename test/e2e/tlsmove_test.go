@@ -17,8 +17,9 @@ import (
 
 // TestTLSMoveFromStaticToAuto: a running cluster on claims, with the
 // CoreOS example's Secrets of spec.TLS.static, is moved to spec.TLS.auto
-// under a writer. The members keep their IDs and their data and no write
-// fails; after the move, certificates of the user's CA are refused. (The
+// under a writer. The members keep their IDs and no write is lost (a put
+// refused while a member restarts is counted); after the move,
+// certificates of the user's CA are refused. (The
 // way back is not offered yet: see offerMoveToStatic.)
 func TestTLSMoveFromStaticToAuto(t *testing.T) {
 	s := newFaultScenario(t, harness.Options{ClusterCustomize: true})
