@@ -147,9 +147,6 @@ func (p *planner) tlsChangeRefused() string {
 			}
 			return fmt.Sprintf("member %s serves %s, and spec.TLS.auto asks for %s: a cluster moves from spec.TLS.static to spec.TLS.auto only from the Secrets status.TLS.static names, "+
 				"with TLS for peers and clients and an operatorSecret. Put spec.TLS.static back to go on as before", name, got, want)
-		case got == (podTLS{peer: p.o.Cluster.AutoTLSSecrets().Peer, server: p.o.Cluster.AutoTLSSecrets().Server}) && !offerMoveToStatic:
-			return fmt.Sprintf("member %s serves %s, and spec.TLS.static asks for %s: a running cluster cannot be moved from spec.TLS.auto to spec.TLS.static yet. "+
-				"Put spec.TLS.auto back to go on as before, or restore a backup into a new cluster with spec.TLS.static", name, got, want)
 		case got == (podTLS{peer: p.o.Cluster.AutoTLSSecrets().Peer, server: p.o.Cluster.AutoTLSSecrets().Server}):
 			return fmt.Sprintf("member %s serves %s, and spec.TLS.static asks for %s: a cluster moves from spec.TLS.auto to spec.TLS.static only with TLS for peers and clients and an operatorSecret, "+
 				"while the hook's CA Secret %q exists. Put spec.TLS.auto back to go on as before", name, got, want, p.o.Cluster.AutoTLSSecrets().CA)

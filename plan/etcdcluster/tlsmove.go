@@ -179,21 +179,10 @@ func (p *planner) distrusting(pod *corev1.Pod) bool {
 	return false
 }
 
-// offerMoveToStatic: the move from spec.TLS.auto to spec.TLS.static is
-// planned step by step (TestMoveFromAutoTLSToStatic), but not offered: in
-// 2 of 4 end-to-end runs a writer saw 1 or 2 failed puts (never a lost
-// one) during it, and in 1 of 6 runs of the move the other way, against
-// none in CA rotations. Until that is understood, the way back is refused
-// as before (TLSChangeRefused).
-var offerMoveToStatic = false
-
 // leavingAuto: the spec asks for spec.TLS.static, with TLS on both sides
 // and an operatorSecret, and the hook's CA Secret of spec.TLS.auto is
 // still there: members move from the hook's Secrets to the user's.
 func (p *planner) leavingAuto() bool {
-	if !offerMoveToStatic {
-		return false
-	}
 	t := p.spec.TLS
 	if t.IsAuto() || t.PeerSecret() == "" || t.ServerSecret() == "" || t.OperatorSecret() == "" {
 		return false

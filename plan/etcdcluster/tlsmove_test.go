@@ -238,22 +238,21 @@ func TestAutoTLSDropsTheOldCAOnceLeavesArePickedUp(t *testing.T) {
 }
 
 func TestMoveFromAutoTLSToStatic(t *testing.T) {
-	// Refused while not offered (see offerMoveToStatic).
+	// Refused without an operatorSecret: the hook would lose its way in.
 	refused := runningAuto(t, 3)
 	refused.Cluster.Spec.TLS = tlsCluster(3).Spec.TLS
+	refused.Cluster.Spec.TLS.Static.OperatorSecret = ""
 	refused.Secrets = issued(t)
 	d := Plan(refused)
 	steps(t, "refused", d, 3, false)
-	if deg := conditionOf(d.Status, v1beta2.ConditionDegraded); deg.Reason != ReasonTLSChangeRefused || !strings.Contains(deg.Message, "cannot be moved from spec.TLS.auto") {
-		t.Errorf("the move to spec.TLS.static, not offered: Degraded %+v", deg)
+	if deg := conditionOf(d.Status, v1beta2.ConditionDegraded); deg.Reason != ReasonTLSChangeRefused || !strings.Contains(deg.Message, "only with TLS for peers and clients and an operatorSecret") {
+		t.Errorf("the move to spec.TLS.static without an operatorSecret: Degraded %+v", deg)
 	}
 	if got := secretsIn(t, d); len(got) != 4 {
 		t.Errorf("the hook's Secrets must be kept while the move is refused: %v", sorted(keysOf(got)))
 	}
 
-	// The steps, as they would run.
-	offerMoveToStatic = true
-	defer func() { offerMoveToStatic = false }()
+	// The steps.
 	o := runningAuto(t, 3)
 	o.Cluster.Status.TLS = Plan(o).Status.TLS
 	autoCA := o.SecretChildren["demo-ca"].Data[caPeerCert]

@@ -36,7 +36,20 @@ type Writer struct {
 	revs     map[int]int64
 	attempts int
 	lastErr  error
+	// failures are the first few failed puts, for a test's log.
+	failures []PutFailure
 }
+
+// PutFailure is one put etcd did not acknowledge: when it was sent and why.
+type PutFailure struct {
+	N    int
+	At   time.Time
+	Took time.Duration
+	Err  error
+}
+
+// maxFailures bounds the failed puts a writer remembers.
+const maxFailures = 20
 
 // Result is what a writer's run proved.
 type Result struct {
@@ -69,6 +82,7 @@ func (w *Writer) run(ctx context.Context) {
 	defer close(w.done)
 	for n := 0; ctx.Err() == nil; n++ {
 		pctx, cancel := context.WithTimeout(ctx, putTimeout)
+		sent := time.Now()
 		resp, err := w.cli.Put(pctx, w.Key(n), strconv.Itoa(n))
 		cancel()
 		w.mu.Lock()
@@ -81,6 +95,9 @@ func (w *Writer) run(ctx context.Context) {
 			w.revs[n] = resp.Header.Revision
 		} else if ctx.Err() == nil {
 			w.lastErr = err
+			if len(w.failures) < maxFailures {
+				w.failures = append(w.failures, PutFailure{N: n, At: sent, Took: time.Since(sent), Err: err})
+			}
 		}
 		w.mu.Unlock()
 		select {
@@ -140,6 +157,19 @@ func (w *Writer) Counts() (attempts, acked int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.attempts, len(w.acked)
+}
+
+// FailuresSince lists the remembered failed puts sent at or after t.
+func (w *Writer) FailuresSince(t time.Time) []PutFailure {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []PutFailure
+	for _, f := range w.failures {
+		if !f.At.Before(t) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // WaitAcked waits until n more puts than now are acknowledged, so that a
