@@ -87,7 +87,8 @@ test-full: ## make test, plus the monitoring objects and every e2e scenario (the
 	@$(MAKE) test-steps E2E=e2e-full MONITORING=test-monitoring
 	@echo "==> test-full: all passed"
 
-# The tools only the later steps need (kube-apiserver, kubectl, Helm, and
+# The tools only the later steps need (kube-apiserver, kubectl,
+# kube-scheduler, Helm, and
 # promtool for the monitoring step) take about 9 minutes of a fresh
 # machine's two cores to build, and the e2e step leaves those cores mostly
 # idle while it waits on etcd. So they are built in the background while
@@ -99,7 +100,7 @@ test-full: ## make test, plus the monitoring objects and every e2e scenario (the
 # wait. They are built by name, never through kube-bins, whose etcd the
 # etcd-bins step builds in the foreground. The background build is its own
 # process group (setsid), stopped with its go builds if a step fails.
-BACKGROUND_TOOLS = $(KUBE_APISERVER_BIN) $(KUBECTL_BIN) helm $(if $(MONITORING),promtool)
+BACKGROUND_TOOLS = $(KUBE_APISERVER_BIN) $(KUBECTL_BIN) $(KUBE_SCHEDULER_BIN) helm $(if $(MONITORING),promtool)
 BACKGROUND_LOG := $(BIN_DIR)/.background-tools.log
 
 .PHONY: test-full test-steps

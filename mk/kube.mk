@@ -7,7 +7,7 @@
 #   make -f mk/kube.mk test-apiserver  # kube-bins, then go test ./test/apiserver/
 #   make -f mk/kube.mk kube-clean      # remove what these rules produced
 #
-# Both binaries come from k8s.io/kubernetes at the release pinned by
+# The binaries come from k8s.io/kubernetes at the release pinned by
 # tools/kube/go.mod, whose replace block maps every k8s.io/<staging> module to
 # its published v0.<minor>.<patch>. The first build takes minutes: 4 to 7 for
 # kube-apiserver on 2 cores, then under a minute for kubectl, which reuses
@@ -28,7 +28,10 @@ KUBE_VERSION ?= 1.36.3
 
 KUBE_APISERVER_BIN := $(KUBE_BIN_DIR)/kube-apiserver
 KUBECTL_BIN := $(KUBE_BIN_DIR)/kubectl
-KUBE_BINS := $(KUBE_APISERVER_BIN) $(KUBECTL_BIN)
+# kube-scheduler: test/apiserver places the member Pods the hook renders
+# with the real scheduler, on Nodes made for the test.
+KUBE_SCHEDULER_BIN := $(KUBE_BIN_DIR)/kube-scheduler
+KUBE_BINS := $(KUBE_APISERVER_BIN) $(KUBECTL_BIN) $(KUBE_SCHEDULER_BIN)
 
 # What Kubernetes' own release builds stamp (hack/lib/version.sh), so that
 # "kubectl version" and the server's /version report the release instead of
@@ -57,13 +60,13 @@ KUBE_GOBUILD = cd $(KUBE_MK_ROOT)/tools/kube && \
 
 .PHONY: kube-bins kube-check-versions kube-clean test-apiserver
 
-kube-bins: kube-check-versions ## build kube-apiserver and kubectl (KUBE_VERSION) into bin/, when missing
+kube-bins: kube-check-versions ## build kube-apiserver, kubectl and kube-scheduler (KUBE_VERSION) into bin/, when missing
 	@$(MAKE) -f $(KUBE_MK_ROOT)/mk/kube.mk KUBE_BIN_DIR=$(KUBE_BIN_DIR) KUBE_VERSION=$(KUBE_VERSION) \
 		$(KUBE_BINS) $(ETCD_36_BIN)
 
 # Removes a binary that reports another release than KUBE_VERSION.
 kube-check-versions:
-	@for b in $(KUBE_APISERVER_BIN):--version $(KUBECTL_BIN):"version --client"; do \
+	@for b in $(KUBE_APISERVER_BIN):--version $(KUBECTL_BIN):"version --client" $(KUBE_SCHEDULER_BIN):--version; do \
 		bin=$${b%%:*}; args=$${b#*:}; \
 		[ -x "$$bin" ] || continue; \
 		if ! "$$bin" $$args 2>/dev/null | grep -q "v$(KUBE_VERSION)\$$"; then \
@@ -83,6 +86,9 @@ $(KUBE_APISERVER_BIN): | $(KUBE_BIN_DIR) $(KUBE_MK_ROOT)/tools/kube/go.mod
 
 $(KUBECTL_BIN): | $(KUBE_BIN_DIR) $(KUBE_MK_ROOT)/tools/kube/go.mod
 	@$(call KUBE_GOBUILD,k8s.io/kubernetes/cmd/kubectl)
+
+$(KUBE_SCHEDULER_BIN): | $(KUBE_BIN_DIR) $(KUBE_MK_ROOT)/tools/kube/go.mod
+	@$(call KUBE_GOBUILD,k8s.io/kubernetes/cmd/kube-scheduler)
 
 # The API server's etcd. mk/etcd.mk knows how to build it; when this file is
 # run alone (make -f mk/kube.mk), it is included from there.

@@ -22,6 +22,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.pod) || !has(self.pod.labels) || self.pod.labels.all(k, k != 'app' && k != 'etcd.database.coreos.com/serving' && !k.startsWith('etcd_'))",message="spec.pod.labels: the labels \"app\" and \"etcd.database.coreos.com/serving\" and labels starting with \"etcd_\" are reserved for the hook"
 // +kubebuilder:validation:XValidation:rule="!has(self.auth) || !self.auth.enabled || (has(self.TLS) && (has(self.TLS.auto) || (has(self.TLS.static) && has(self.TLS.static.operatorSecret) && size(self.TLS.static.operatorSecret) != 0)))",message="spec.auth.enabled needs spec.TLS (auto, or static with operatorSecret): the hook authenticates as root with its client certificate"
+// +kubebuilder:validation:XValidation:rule="!has(self.pod) || !has(self.pod.spread) || (!has(self.pod.affinity) && (!has(self.pod.topologySpreadConstraints) || size(self.pod.topologySpreadConstraints) == 0))",message="spec.pod.spread shapes the default placement, which spec.pod.affinity and spec.pod.topologySpreadConstraints replace: set whenUnsatisfiable in your own constraints instead"
 type ClusterSpec struct {
 	// Size is the number of etcd members, from 1 to 7.
 	// +kubebuilder:validation:Minimum=1
@@ -111,8 +112,7 @@ type PodPolicy struct {
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 
-	// Affinity replaces the default, which prefers spreading members over
-	// nodes.
+	// Affinity replaces the default placement (see spread).
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 
@@ -142,9 +142,17 @@ type PodPolicy struct {
 
 	// TopologySpreadConstraints spread members over zones or nodes. Their
 	// label selectors should select this cluster's members: app=etcd and
-	// etcd_cluster=<name>.
+	// etcd_cluster=<name>. Set, they replace the default placement.
 	// +optional
 	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
+	// Spread shapes the default placement, which applies unless affinity
+	// or topologySpreadConstraints is set: members spread over
+	// topology.kubernetes.io/zone and kubernetes.io/hostname with maxSkew 1,
+	// "preferred" (the default: ScheduleAnyway) or "strict"
+	// (DoNotSchedule).
+	// +optional
+	Spread SpreadPolicy `json:"spread,omitempty"`
 
 	// EtcdEnv is added to the etcd container's environment, e.g.
 	// ETCD_LOG_LEVEL. Do not use it to override the flags that bootstrap

@@ -260,6 +260,12 @@ type MembersStatus struct {
 	Ready []string `json:"ready,omitempty"`
 	// +optional
 	Unready []string `json:"unready,omitempty"`
+	// Placement is where each member's Pod was scheduled: its node and
+	// zone, by member name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Placement []MemberPlacement `json:"placement,omitempty"`
 }
 
 // ClusterCondition is one observation about the cluster.

@@ -57,6 +57,12 @@ func (s *ClusterSpec) validate(path *field.Path) field.ErrorList {
 				errs = append(errs, field.Invalid(path.Child("pod", "labels").Key(k), k, `"app" and "`+LabelServing+`" and labels starting with "etcd_" are reserved for the hook`))
 			}
 		}
+		switch {
+		case s.Pod.Spread != "" && s.Pod.Spread != SpreadPreferred && s.Pod.Spread != SpreadStrict:
+			errs = append(errs, field.NotSupported(path.Child("pod", "spread"), s.Pod.Spread, []SpreadPolicy{SpreadPreferred, SpreadStrict}))
+		case s.Pod.Spread != "" && !s.Pod.DefaultPlacement():
+			errs = append(errs, field.Invalid(path.Child("pod", "spread"), s.Pod.Spread, "spec.pod.spread shapes the default placement, which spec.pod.affinity and spec.pod.topologySpreadConstraints replace: set whenUnsatisfiable in your own constraints instead"))
+		}
 		for _, domain := range []struct{ name, value string }{{"clusterDomain", s.Pod.ClusterDomain}, {"ClusterDomain", s.Pod.LegacyClusterDomain}} {
 			if domain.value == "" {
 				continue

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -40,6 +41,12 @@ func TestValidate(t *testing.T) {
 		{"static and auto", "two issuers for one cluster", func(c *EtcdCluster) {
 			c.Spec.TLS = &TLSPolicy{Auto: &AutoTLS{}, Static: &StaticTLS{Member: &MemberSecret{PeerSecret: "p"}}}
 		}, []string{"spec.TLS.auto: Forbidden: static and auto cannot be combined: static names Secrets you issue, auto has the hook issue them"}},
+		{"strict spread", "the default placement, required", func(c *EtcdCluster) { c.Spec.Pod = &PodPolicy{Spread: SpreadStrict} }, nil},
+		{"spread unknown", "", func(c *EtcdCluster) { c.Spec.Pod = &PodPolicy{Spread: "zones"} },
+			[]string{`spec.pod.spread: Unsupported value: "zones": supported values: "preferred", "strict"`}},
+		{"spread with own constraints", "spread shapes only the default, which the user's constraints replace", func(c *EtcdCluster) {
+			c.Spec.Pod = &PodPolicy{Spread: SpreadStrict, TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: LabelHostname}}}
+		}, []string{`spec.pod.spread: Invalid value: "strict": spec.pod.spread shapes the default placement, which spec.pod.affinity and spec.pod.topologySpreadConstraints replace: set whenUnsatisfiable in your own constraints instead`}},
 		{"name too long", "the client Service <name>-client must fit 63 characters", func(c *EtcdCluster) { c.Name = strings.Repeat("a", 57) },
 			[]string{"metadata.name: Too long: may not be more than 56 bytes"}},
 	}

@@ -25,6 +25,7 @@ const (
 	Hook          = "etcd-hook"      // make build
 	KubeAPIServer = "kube-apiserver" // make kube-bins
 	Kubectl       = "kubectl"        // make kube-bins
+	KubeScheduler = "kube-scheduler" // make kube-bins
 	Helm          = "helm"           // make bin/helm
 	Versitygw     = "versitygw"      // make bin/versitygw
 	ControllerGen = "controller-gen" // make bin/controller-gen
@@ -135,7 +136,7 @@ func BuildHint(name string) string {
 	switch name {
 	case Hook:
 		return "make build"
-	case KubeAPIServer, Kubectl:
+	case KubeAPIServer, Kubectl, KubeScheduler:
 		return "make kube-bins"
 	}
 	for _, tool := range []string{"etcd", "etcdctl", "etcdutl"} {

@@ -48,8 +48,14 @@ func (p *planner) observe() observation {
 			r.problem(r.available.reason, r.available.message)
 		}
 	}
-	if len(r.unready) > 0 && r.phase != v1beta2.PhaseCreating {
-		r.problem(ReasonMembersUnready, "members not ready: "+strings.Join(sorted(r.unready), ", "))
+	// A member the scheduler cannot place is reported as such, with the
+	// rules that hold it; the others as not ready.
+	unready := r.unready
+	if len(r.unready) > 0 || len(r.ready) < len(o.Pods) {
+		unready = p.unschedulableMembers(&r, r.unready)
+	}
+	if len(unready) > 0 && r.phase != v1beta2.PhaseCreating {
+		r.problem(ReasonMembersUnready, "members not ready: "+strings.Join(sorted(unready), ", "))
 	}
 	if fields := unhonouredFields(p.spec); len(fields) > 0 {
 		r.problem(ReasonFieldsNotHonoured, "accepted but not honoured yet: "+strings.Join(fields, ", "))

@@ -160,7 +160,32 @@ func renderMemberPod(in memberPodInput) *corev1.Pod {
 		pod.Spec.ImagePullSecrets = policy.ImagePullSecrets
 		pod.Spec.TopologySpreadConstraints = policy.TopologySpreadConstraints
 	}
+	if policy.DefaultPlacement() {
+		pod.Spec.TopologySpreadConstraints = defaultSpread(c.Name, policy.SpreadOrDefault())
+	}
 	return pod
+}
+
+// defaultSpread spreads members over zones, then nodes, one member apart at
+// most. Preferred by default, so that a cluster on one zone, or on fewer
+// nodes than members, still schedules; strict on request. A Pod rendered
+// before a hook release that added this keeps its placement until the
+// next rollout (the pod-spec hash is of the spec, not of the rendering).
+func defaultSpread(cluster string, spread v1beta2.SpreadPolicy) []corev1.TopologySpreadConstraint {
+	when := corev1.ScheduleAnyway
+	if spread == v1beta2.SpreadStrict {
+		when = corev1.DoNotSchedule
+	}
+	out := make([]corev1.TopologySpreadConstraint, 0, 2)
+	for _, key := range []string{v1beta2.LabelTopologyZone, v1beta2.LabelHostname} {
+		out = append(out, corev1.TopologySpreadConstraint{
+			MaxSkew:           1,
+			TopologyKey:       key,
+			WhenUnsatisfiable: when,
+			LabelSelector:     &metav1.LabelSelector{MatchLabels: selectorLabels(cluster)},
+		})
+	}
+	return out
 }
 
 func etcdCommand(in memberPodInput) []string {

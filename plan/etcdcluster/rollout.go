@@ -65,7 +65,11 @@ type rolledInputs struct {
 	PriorityClassName         string                            `json:"priorityClassName,omitempty"`
 	ImagePullSecrets          []corev1.LocalObjectReference     `json:"imagePullSecrets,omitempty"`
 	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
-	Etcd                      v1beta2.EtcdSettings              `json:"etcd"`
+	// StrictSpread, not spec.pod.spread: "preferred" and unset render the
+	// same Pods, and must not roll members when one is written for the
+	// other.
+	StrictSpread bool                 `json:"strictSpread,omitempty"`
+	Etcd         v1beta2.EtcdSettings `json:"etcd"`
 }
 
 // podSpecHash hashes the inputs, not the rendered Pod: a later hook
@@ -77,6 +81,7 @@ func podSpecHash(spec v1beta2.ClusterSpec) string {
 		in.Resources, in.NodeSelector, in.Affinity, in.AntiAffinity = pol.Resources, pol.NodeSelector, pol.Affinity, pol.AntiAffinity
 		in.Tolerations, in.SecurityContext, in.EtcdEnv = pol.Tolerations, pol.SecurityContext, pol.EtcdEnv
 		in.PriorityClassName, in.ImagePullSecrets, in.TopologySpreadConstraints = pol.PriorityClassName, pol.ImagePullSecrets, pol.TopologySpreadConstraints
+		in.StrictSpread = pol.DefaultPlacement() && pol.SpreadOrDefault() == v1beta2.SpreadStrict
 	}
 	raw, err := json.Marshal(in)
 	if err != nil {

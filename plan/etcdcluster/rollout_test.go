@@ -180,7 +180,8 @@ func TestPlanRollout(t *testing.T) {
 			unschedulablePod(o.Pods[name(1)])
 			o.Membership.Members[1] = down(o.Membership.Members[1])
 		}),
-		want: rolloutSummary{Dropped: []string{name(1)}, Progressing: ReasonRollingChange, Degraded: ReasonMembersUnready},
+		// Degraded says why the member does not run: its Pod cannot be scheduled.
+		want: rolloutSummary{Dropped: []string{name(1)}, Progressing: ReasonRollingChange, Degraded: ReasonMemberUnschedulable},
 	}, {
 		name:   "an unready member that is not rolling holds the rollout",
 		reason: "each step waits until every member is ready",
@@ -224,7 +225,7 @@ func TestPlanRollout(t *testing.T) {
 			o.Pods[name(3)] = unschedulablePod(onSpec(memberPod(name(3), corev1.PodPending, false), v1beta2.ClusterSpec{Version: "3.6.16", Pod: &v1beta2.PodPolicy{NodeSelector: map[string]string{"zone": "nowhere"}}}))
 			o.Membership.Members = append(o.Membership.Members, unstarted(4, name(3), true))
 		}),
-		want: rolloutSummary{Action: "remove " + name(3), Progressing: ReasonRollingChange, Degraded: ReasonMembersUnready},
+		want: rolloutSummary{Action: "remove " + name(3), Progressing: ReasonRollingChange, Degraded: ReasonMemberUnschedulable},
 	}, {
 		name:   "emptyDir: halted on a learner that cannot run the new spec",
 		reason: "the replacement cannot be scheduled: nothing is removed, and the condition names it",
@@ -339,6 +340,8 @@ func TestPodSpecHash(t *testing.T) {
 		{"node selector", "scheduling needs a new Pod", func(s *v1beta2.ClusterSpec) {
 			s.Pod = &v1beta2.PodPolicy{NodeSelector: map[string]string{"disk": "ssd"}}
 		}, true},
+		{"spread preferred", "spelled out, the default renders the same Pods", func(s *v1beta2.ClusterSpec) { s.Pod = &v1beta2.PodPolicy{Spread: v1beta2.SpreadPreferred} }, false},
+		{"spread strict", "the default constraints become DoNotSchedule", func(s *v1beta2.ClusterSpec) { s.Pod = &v1beta2.PodPolicy{Spread: v1beta2.SpreadStrict} }, true},
 		{"priority class", "a new Pod field", func(s *v1beta2.ClusterSpec) { s.Pod = &v1beta2.PodPolicy{PriorityClassName: "etcd-critical"} }, true},
 		{"quota", "spec.etcd renders flags", func(s *v1beta2.ClusterSpec) { s.Etcd = &v1beta2.EtcdSettings{QuotaBackendBytes: 4 << 30} }, true},
 		{"compaction", "spec.etcd renders flags", func(s *v1beta2.ClusterSpec) { s.Etcd = &v1beta2.EtcdSettings{AutoCompactionRetention: "30m"} }, true},

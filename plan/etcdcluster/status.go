@@ -137,7 +137,7 @@ func (p *planner) status(r observation) v1beta2.ClusterStatus {
 		ControlPaused:      r.paused,
 		Size:               r.size,
 		ReadyMembers:       len(r.ready),
-		Members:            v1beta2.MembersStatus{Ready: r.ready, Unready: r.unready},
+		Members:            v1beta2.MembersStatus{Ready: r.ready, Unready: r.unready, Placement: p.placement()},
 		ServiceName:        plan.ClientServiceName(c.Name),
 		ClientPort:         plan.ClientPort,
 		CurrentVersion:     version,

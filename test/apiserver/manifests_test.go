@@ -74,6 +74,7 @@ func TestManifests(t *testing.T) {
 		{"PrinterColumns", testPrinterColumns},
 		{"TLSOverlays", testTLSOverlays},
 		{"RenderedChildren", testRenderedChildren},
+		{"Placement", testPlacement},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.fn(t, k) }) && s.name == "Install" {
@@ -293,6 +294,10 @@ var invalidClusters = []struct {
 		want: []string{`spec.TLS.auto: Invalid value: spec.TLS.auto.validity: at least 5m`}},
 	{name: "tls-auto-renew-before-validity", spec: `{size: 3, TLS: {auto: {validity: 6m, renewBefore: 6m}}}`,
 		want: []string{`spec.TLS.auto: Invalid value: spec.TLS.auto.renewBefore: at least 1m, and shorter than validity`}},
+	{name: "spread-unknown", spec: `{size: 3, pod: {spread: zones}}`,
+		want: []string{`spec.pod.spread: Unsupported value: "zones": supported values: "preferred", "strict"`}},
+	{name: "spread-with-own-constraints", spec: `{size: 3, pod: {spread: strict, topologySpreadConstraints: [{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]}}`,
+		want: []string{`spec: Invalid value: spec.pod.spread shapes the default placement, which spec.pod.affinity and spec.pod.topologySpreadConstraints replace: set whenUnsatisfiable in your own constraints instead`}},
 	{name: "auth-without-tls", spec: `{size: 3, auth: {enabled: true}}`,
 		want: []string{`spec: Invalid value: spec.auth.enabled needs spec.TLS (auto, or static with operatorSecret): the hook authenticates as root with its client certificate`}},
 	{name: "auth-root-user", spec: `{size: 3, TLS: {auto: {}}, auth: {enabled: true, users: [{name: root}]}}`,

@@ -1,6 +1,6 @@
 //go:build tools
 
-// Package tools pins a Kubernetes release so that kube-apiserver and kubectl
+// Package tools pins a Kubernetes release so that kube-apiserver, kubectl and kube-scheduler
 // can be built from it with "go build" (mk/kube.mk). "go install pkg@version"
 // refuses k8s.io/kubernetes because its go.mod carries replace directives;
 // this module's replace block maps them to the published staging modules.
@@ -9,4 +9,5 @@ package tools
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 )
