@@ -117,6 +117,25 @@ func testPlacement(t *testing.T, k *kube) {
 		t.Errorf("status.members.placement = %v, want %v (each Node's zone, copied onto the Pod at binding)", got, want)
 	}
 	t.Logf("spread: strict, placed: %v", st.Members.Placement)
+
+	// The CRD keeps what the hook reports: a field its schema lacked would
+	// be pruned from the status Metacontroller writes.
+	obj, err := json.Marshal(map[string]any{"apiVersion": v1beta2.APIVersion, "kind": v1beta2.Kind,
+		"metadata": map[string]any{"name": strict.Name, "namespace": ns}, "spec": strict.Spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.mustKubectl(t, string(obj), "create", "-f", "-")
+	patch, err := json.Marshal(map[string]any{"status": st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.mustKubectl(t, "", "patch", "etcdcluster", strict.Name, "-n", ns, "--subresource=status", "--type=merge", "-p", string(patch))
+	r := k.mustKubectl(t, "", "get", "etcdcluster", strict.Name, "-n", ns, "-o", "jsonpath={.status.members.placement}")
+	var stored []v1beta2.MemberPlacement
+	if err := json.Unmarshal([]byte(r.stdout), &stored); err != nil || fmt.Sprint(stored) != fmt.Sprint(want) {
+		t.Errorf("status.members.placement as the API server stores it: %q (%v), want %v", r.stdout, err, want)
+	}
 }
 
 // startScheduler runs kube-scheduler against the API server, without
