@@ -45,6 +45,15 @@ type ClusterSpec struct {
 	// +optional
 	Version string `json:"version,omitempty"`
 
+	// Hibernated stops every member Pod and keeps each member's data on
+	// its claim, with the Services and the status: the cluster takes no
+	// CPU or memory until this is false again, when the same members come
+	// back on the same claims, with the same IDs. It needs
+	// pod.persistentVolumeClaimSpec: on an emptyDir a member's data goes
+	// with its Pod, and the hook refuses to hibernate.
+	// +optional
+	Hibernated bool `json:"hibernated,omitempty"`
+
 	// Paused stops every change to children and membership; status still
 	// reports what is observed.
 	// +optional

@@ -11,6 +11,9 @@ const (
 	PhaseCreating ClusterPhase = "Creating"
 	PhaseRunning  ClusterPhase = "Running"
 	PhaseFailed   ClusterPhase = "Failed"
+	// PhaseHibernated: spec.hibernated, and no member Pod is left; the
+	// members' data waits on their claims.
+	PhaseHibernated ClusterPhase = "Hibernated"
 )
 
 // ConditionType names a condition.
@@ -56,7 +59,7 @@ type ClusterStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// +optional
-	// +kubebuilder:validation:Enum=Creating;Running;Failed
+	// +kubebuilder:validation:Enum=Creating;Running;Failed;Hibernated
 	Phase ClusterPhase `json:"phase,omitempty"`
 
 	// Reason explains the phase in one sentence.

@@ -69,6 +69,7 @@ type clusterSample struct {
 	lastSync               time.Time
 	ready, reconciling     bool
 	stalled, rolloutHalted bool
+	hibernated             bool
 	// certExpiry is the earliest expiry of the certificates status.TLS
 	// lists, and certRenewal the earliest moment the hook renews one of
 	// them (zero for spec.TLS.static: the user renews).
@@ -154,6 +155,7 @@ func (m *objectMetrics) recordCluster(o *etcdcluster.Observed, d etcdcluster.Dec
 		reconciling:   conditionTrue(st.Conditions, v1beta2.ConditionReconciling),
 		stalled:       conditionTrue(st.Conditions, v1beta2.ConditionStalled),
 		rolloutHalted: rolloutHalted(st.Conditions),
+		hibernated:    st.Phase == v1beta2.PhaseHibernated,
 		leaderID:      s.leaderID,
 		leaderChanges: s.leaderChanges,
 	}
@@ -245,6 +247,7 @@ var (
 	descClusterReadyCond     = objectDesc("etcd_cluster_ready", "1 when the Ready condition is True: the cluster matches its spec.")
 	descClusterReconciling   = objectDesc("etcd_cluster_reconciling", "1 when the Reconciling condition is True: the hook is moving the cluster toward its spec.")
 	descClusterStalled       = objectDesc("etcd_cluster_stalled", "1 when the Stalled condition is True: the hook cannot go on without a person.")
+	descClusterHibernated    = objectDesc("etcd_cluster_hibernated", "1 when the cluster is hibernated (spec.hibernated, and no member Pod left): its member alerts have no target, and it is Ready.")
 	descClusterRolloutHalted = objectDesc("etcd_cluster_rollout_halted", "1 when an upgrade (UpgradeHalted) or the roll of a spec change (RolloutHalted) stopped on a member that cannot run.")
 	descClusterCertExpiry    = objectDesc("etcd_cluster_certificate_expiry_timestamp_seconds", "Earliest expiry among the cluster's certificates (status.TLS); absent without spec.TLS.")
 	descClusterCertRenewal   = objectDesc("etcd_cluster_certificate_renewal_timestamp_seconds", "Earliest moment the hook renews one of the cluster's certificates (spec.TLS.auto); absent when the user renews them.")
@@ -268,7 +271,7 @@ func (m *objectMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descClusterDesired, descClusterReady, descClusterVoting, descClusterLearners, descClusterQuorum, descClusterHasLeader,
 		descClusterLeaderChanges, descClusterDBSize, descClusterDBInUse, descClusterDBQuota, descClusterNoSpace, descClusterCorrupt,
-		descClusterLastBackup, descClusterBackupAge, descClusterLastSync, descClusterReadyCond, descClusterReconciling,
+		descClusterLastBackup, descClusterBackupAge, descClusterLastSync, descClusterReadyCond, descClusterReconciling, descClusterHibernated,
 		descClusterStalled, descClusterRolloutHalted, descClusterCertExpiry, descClusterCertRenewal,
 		descBackupLastSuccess, descBackupAge, descBackupInterval, descBackupReady, descBackupStalled,
 		descRestoreReady, descRestoreFailed,
@@ -310,6 +313,7 @@ func (m *objectMetrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descClusterLastSync, unixSeconds(s.lastSync))
 		gauge(descClusterReadyCond, boolValue(s.ready))
+		gauge(descClusterHibernated, boolValue(s.hibernated))
 		gauge(descClusterReconciling, boolValue(s.reconciling))
 		gauge(descClusterStalled, boolValue(s.stalled))
 		gauge(descClusterRolloutHalted, boolValue(s.rolloutHalted))

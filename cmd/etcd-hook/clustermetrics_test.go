@@ -108,6 +108,9 @@ etcd_cluster_desired_members{name="demo",namespace="prod"} 3
 # HELP etcd_cluster_has_leader 1 when the members that answered the last sync knew a leader.
 # TYPE etcd_cluster_has_leader gauge
 etcd_cluster_has_leader{name="demo",namespace="prod"} 1
+# HELP etcd_cluster_hibernated 1 when the cluster is hibernated (spec.hibernated, and no member Pod left): its member alerts have no target, and it is Ready.
+# TYPE etcd_cluster_hibernated gauge
+etcd_cluster_hibernated{name="demo",namespace="prod"} 0
 # HELP etcd_cluster_last_backup_timestamp_seconds Time of the newest backup known for the cluster (status.newestBackup).
 # TYPE etcd_cluster_last_backup_timestamp_seconds gauge
 etcd_cluster_last_backup_timestamp_seconds{name="demo",namespace="prod"} 1.795329e+09

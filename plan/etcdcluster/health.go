@@ -90,6 +90,9 @@ func (p *planner) health(st *v1beta2.ClusterStatus) healthConditions {
 	if st.ControlPaused {
 		return p.pausedHealth(v)
 	}
+	if st.Phase == v1beta2.PhaseHibernated {
+		return hibernatedHealth(st.Reason)
+	}
 	if reason, msg := p.stalledBy(v); reason != "" {
 		return healthConditions{
 			ready:       conditionFalse(reason, msg),

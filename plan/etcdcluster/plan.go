@@ -162,6 +162,10 @@ func Plan(observed *Observed) (d Decision) {
 	case p.spec.Paused:
 		return p.frozen(ReasonPaused, "spec.paused is true: children and membership are left as they are")
 	}
+	if p.spec.Hibernated {
+		// A restore asked for meanwhile waits for the members to be back.
+		return p.hibernate()
+	}
 	if p.rec != nil && p.rec.Restore != nil {
 		p.dropSuperseded()
 	}

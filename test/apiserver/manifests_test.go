@@ -295,7 +295,7 @@ var invalidClusters = []struct {
 	{name: "tls-auto-renew-before-validity", spec: `{size: 3, TLS: {auto: {validity: 6m, renewBefore: 6m}}}`,
 		want: []string{`spec.TLS.auto: Invalid value: spec.TLS.auto.renewBefore: at least 1m, and shorter than validity`}},
 	{name: "spread-unknown", spec: `{size: 3, pod: {spread: zones}}`,
-		want: []string{`spec.pod.spread: Unsupported value: "zones": supported values: "preferred", "strict"`}},
+		want: []string{`spec.pod.spread: Unsupported value: "zones": supported values: "preferred", "strict"`, notChecked}},
 	{name: "spread-with-own-constraints", spec: `{size: 3, pod: {spread: strict, topologySpreadConstraints: [{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]}}`,
 		want: []string{`spec: Invalid value: spec.pod.spread shapes the default placement, which spec.pod.affinity and spec.pod.topologySpreadConstraints replace: set whenUnsatisfiable in your own constraints instead`}},
 	{name: "auth-without-tls", spec: `{size: 3, auth: {enabled: true}}`,
@@ -381,6 +381,8 @@ var validClusters = []struct{ name, spec string }{
 	{name: "other-labels", spec: `{size: 3, pod: {labels: {application: x, my-etcd_x: "y"}}}`},
 	{name: "tls-coreos", spec: `{size: 3, TLS: {static: {member: {peerSecret: etcd-peer-tls, serverSecret: etcd-server-tls}, operatorSecret: etcd-client-tls}}}`},
 	{name: "tls-peer-only", spec: `{size: 3, TLS: {static: {member: {peerSecret: etcd-peer-tls}}}}`},
+	{name: "spread-strict", spec: `{size: 3, pod: {spread: strict}}`},
+	{name: "hibernated", spec: `{size: 3, hibernated: true, pod: {persistentVolumeClaimSpec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}}`},
 }
 
 // testAccepted: the schema does not refuse what the hook accepts.
