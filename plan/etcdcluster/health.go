@@ -90,7 +90,7 @@ func (p *planner) health(st *v1beta2.ClusterStatus) healthConditions {
 	if st.ControlPaused {
 		return p.pausedHealth(v)
 	}
-	if st.Phase == v1beta2.PhaseHibernated {
+	if st.Phase == v1beta2.PhaseHibernated && p.spec.Hibernated {
 		return hibernatedHealth(st.Reason)
 	}
 	if reason, msg := p.stalledBy(v); reason != "" {

@@ -22,6 +22,9 @@ const (
 	// ReasonHibernationRefused: the members' data would go with their
 	// Pods.
 	ReasonHibernationRefused = "HibernationRefused"
+	// ReasonWaking: spec.hibernated is false again, and the members are
+	// coming back.
+	ReasonWaking = "Waking"
 )
 
 // hibernate plans one sync of a cluster asked to hibernate.

@@ -142,6 +142,12 @@ func TestHibernated(t *testing.T) {
 	if d.Action != nil {
 		t.Errorf("waking changed the membership: %v", d.Action)
 	}
+	if avail := conditionOf(d.Status, v1beta2.ConditionAvailable); avail.Reason != ReasonWaking {
+		t.Errorf("waking: Available %s (%s), want %s: no member ran, so no quorum is lost", avail.Reason, avail.Message, ReasonWaking)
+	}
+	if ready := conditionOf(d.Status, v1beta2.ConditionReady); ready.Status != metav1.ConditionFalse {
+		t.Errorf("waking: Ready is %s (%s); the members are not back yet", ready.Status, ready.Message)
+	}
 }
 
 func TestHibernationRefusedOnEmptyDir(t *testing.T) {

@@ -123,6 +123,11 @@ func (p *planner) unreachablePhase(readyPods int) (v1beta2.ClusterPhase, conditi
 	if prev.Phase == "" || prev.Phase == v1beta2.PhaseCreating {
 		return v1beta2.PhaseCreating, condition{metav1.ConditionFalse, ReasonBootstrapping, "etcd is not answering yet: " + why}
 	}
+	if prev.Phase == v1beta2.PhaseHibernated {
+		// Waking: no member ran, so none is lost; the phase turns Running
+		// once etcd answers.
+		return v1beta2.PhaseHibernated, conditionFalse(ReasonWaking, "waking from hibernation: etcd is not answering yet: "+why)
+	}
 	expected := max(prev.Size, len(p.o.Pods), 1)
 	if readyPods >= membership.Quorum(expected) {
 		return prev.Phase, condition{metav1.ConditionUnknown, ReasonEtcdUnreachable,
