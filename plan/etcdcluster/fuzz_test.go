@@ -47,6 +47,7 @@ func scenario(data []byte) *Observed {
 	}
 	flags := next()
 	c.Spec.Paused = flags&1 != 0
+	c.Spec.Hibernated = flags&16 != 0
 	if flags&2 != 0 {
 		c.Status.Phase = "Running"
 		c.Status.Size = 3
@@ -214,6 +215,9 @@ func FuzzPlan(f *testing.F) {
 	f.Add([]byte{5, 0, 6, 4, 0x10, 0x10, 0x10, 0x11, 50, 0, 0, 0, 0, 0, 3, 8})
 	f.Add([]byte{4, 0, 6, 3, 0x10, 0x10, 0x10, 0, 0, 0, 0, 0, 1, 0})
 	f.Add([]byte{4, 0, 6, 3, 0x10, 0x10, 0x10, 0, 0, 0, 0, 0, 1, 1})
+	// Hibernating: a cluster of 3 on claims, and one on emptyDirs.
+	f.Add([]byte{4, 0, 0x16, 3, 0x10, 0x10, 0x10, 0, 0, 0, 3, 0})
+	f.Add([]byte{4, 0, 0x16, 3, 0x10, 0x10, 0x10})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		o := scenario(data)
 		before := fmt.Sprint(o.Membership)
@@ -291,6 +295,31 @@ func FuzzPlan(f *testing.F) {
 					t.Fatalf("the client Service selects %s before any ready Pod carries it", LabelServing)
 				}
 			}
+		}
+
+		// Hibernating stops member Pods on claims, and never leaves fewer
+		// running than a quorum while any runs; on emptyDir it stops none.
+		// It changes no membership.
+		if o.Cluster.Spec.Hibernated && !frozen {
+			if d.Action != nil {
+				t.Fatalf("action %s while hibernating", d.Action)
+			}
+			running, members := 0, len(o.Pods)
+			if o.Membership != nil {
+				members = max(members, len(o.Membership.Voters()))
+			}
+			for name, pod := range o.Pods {
+				if pod.DeletionTimestamp == nil && inAnswer[name] {
+					running++
+				}
+				if !inAnswer[name] && !podUsesClaim(pod) && !o.Cluster.Spec.Persistent() {
+					t.Fatalf("hibernation on emptyDir stopped %s", name)
+				}
+			}
+			if o.Cluster.Spec.Persistent() && running > 0 && running < membership.Quorum(members) && running < len(pods) {
+				t.Fatalf("hibernation leaves %d member Pods running, short of a quorum of %d", running, membership.Quorum(members))
+			}
+			return
 		}
 
 		// An invalid spec, a pause, or a membership that cannot be read
