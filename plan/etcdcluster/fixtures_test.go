@@ -122,10 +122,13 @@ func childNames(cs []plan.Child) []string {
 	return out
 }
 
-func podsIn(cs []plan.Child) []string {
+func podsIn(cs []plan.Child) []string { return childrenOf(cs, plan.KindPod) }
+
+// childrenOf names the children of one kind, in answer order.
+func childrenOf(cs []plan.Child, kind string) []string {
 	var out []string
 	for _, c := range cs {
-		if c.Kind == plan.KindPod {
+		if c.Kind == kind {
 			out = append(out, c.Name)
 		}
 	}

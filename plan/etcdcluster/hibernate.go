@@ -2,6 +2,7 @@ package etcdcluster
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -50,9 +51,7 @@ func (p *planner) hibernate() Decision {
 			children = append(children, plan.KeepPod(pod))
 		}
 	}
-	for _, claim := range p.o.PVCs {
-		children = append(children, plan.Keep(plan.KindPVC, claim.Name, claim.Annotations, func() any { return claim }))
-	}
+	children = p.withClaims(children)
 	r := p.observe()
 	msg := "spec.hibernated: stopping " + strings.Join(sorted(keysOf(stopping)), ", ")
 	if len(stopping) == 0 {
@@ -112,10 +111,7 @@ func (p *planner) hibernationVictims() (stopping map[string]bool, waiting []stri
 // Services and the rest, and a status that says so. A hibernated cluster
 // is Ready (kstatus Current) and not Available.
 func (p *planner) hibernated() Decision {
-	children := p.commonChildren()
-	for _, claim := range p.o.PVCs {
-		children = append(children, plan.Keep(plan.KindPVC, claim.Name, claim.Annotations, func() any { return claim }))
-	}
+	children := p.withClaims(p.commonChildren())
 	msg := fmt.Sprintf("spec.hibernated: no member runs; the data of %d members waits on their claims (%s). Set spec.hibernated to false to bring them back",
 		len(p.o.PVCs), strings.Join(sorted(keysOf(p.o.PVCs)), ", "))
 	r := observation{
@@ -135,17 +131,16 @@ func hibernatedHealth(msg string) healthConditions {
 	return healthConditions{ready: conditionTrue(ReasonHibernated, msg), reconciling: conditionFalse(ReasonHibernated, msg), stalled: conditionFalse(ReasonHibernated, msg)}
 }
 
+// withClaims adds every observed claim, as it was last applied: the
+// members' data waits on them.
+func (p *planner) withClaims(children []plan.Child) []plan.Child {
+	for _, claim := range p.o.PVCs {
+		children = append(children, plan.Keep(plan.KindPVC, claim.Name, claim.Annotations, func() any { return claim }))
+	}
+	return children
+}
+
 // withoutReasons drops the problems a hibernation explains.
 func withoutReasons(problems []problem, reasons ...string) []problem {
-	out := problems[:0]
-	for _, pr := range problems {
-		drop := false
-		for _, r := range reasons {
-			drop = drop || pr.reason == r
-		}
-		if !drop {
-			out = append(out, pr)
-		}
-	}
-	return out
+	return slices.DeleteFunc(problems, func(pr problem) bool { return slices.Contains(reasons, pr.reason) })
 }

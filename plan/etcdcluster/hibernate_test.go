@@ -1,6 +1,7 @@
 package etcdcluster
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -88,7 +89,7 @@ func TestHibernateStopsMembersWithoutLosingQuorum(t *testing.T) {
 			if prog := conditionOf(d.Status, v1beta2.ConditionProgressing); prog.Reason != ReasonHibernating {
 				t.Errorf("Progressing is %s (%s), want %s", prog.Reason, prog.Message, ReasonHibernating)
 			}
-			if got := len(claimsIn(d.Children)); got != len(o.PVCs) {
+			if got := len(childrenOf(d.Children, plan.KindPVC)); got != len(o.PVCs) {
 				t.Errorf("%d claims in the answer, want every one of the %d: the data stays", got, len(o.PVCs))
 			}
 		})
@@ -118,11 +119,11 @@ func TestHibernated(t *testing.T) {
 			t.Errorf("%s is %s (%s %s), want %s: a cluster hibernated on purpose is Current for kstatus, and serves nothing", c.typ, got.Status, got.Reason, got.Message, c.status)
 		}
 	}
-	if len(podsIn(d.Children)) != 0 || len(claimsIn(d.Children)) != 3 || d.Action != nil {
-		t.Errorf("hibernated: Pods %v, claims %v, action %v; want no Pod, the 3 claims, no action", podsIn(d.Children), claimsIn(d.Children), d.Action)
+	if len(podsIn(d.Children)) != 0 || len(childrenOf(d.Children, plan.KindPVC)) != 3 || d.Action != nil {
+		t.Errorf("hibernated: Pods %v, claims %v, action %v; want no Pod, the 3 claims, no action", podsIn(d.Children), childrenOf(d.Children, plan.KindPVC), d.Action)
 	}
 	for _, svc := range []string{testCluster, testCluster + "-client"} {
-		if !containsChild(d.Children, plan.KindService, svc) {
+		if !slices.Contains(childrenOf(d.Children, plan.KindService), svc) {
 			t.Errorf("the Service %s is not kept while hibernated", svc)
 		}
 	}
@@ -171,25 +172,6 @@ func without(names []string, drop string) []string {
 		}
 	}
 	return out
-}
-
-func claimsIn(cs []plan.Child) []string {
-	var out []string
-	for _, c := range cs {
-		if c.Kind == plan.KindPVC {
-			out = append(out, c.Name)
-		}
-	}
-	return sorted(out)
-}
-
-func containsChild(cs []plan.Child, kind, name string) bool {
-	for _, c := range cs {
-		if c.Kind == kind && c.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 func observedClaim(p *corev1.Pod) string {
