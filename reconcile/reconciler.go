@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/etcdclient"
 	"github.com/etcdhook/etcd-hook/membership"
 	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
@@ -49,6 +52,41 @@ type Reconciler struct {
 //
 // early is the read Prepare began for this request, or nil.
 func (r *Reconciler) Sync(ctx context.Context, o *etcdcluster.Observed, early *EarlyRead) (etcdcluster.Decision, error) {
+	d, err := r.sync(ctx, o, early)
+	if err == nil && !o.Finalizing {
+		r.logProgress(o, d)
+	}
+	return d, err
+}
+
+// logProgress says in the log what the answer changes in Pods and Secrets
+// (a member restarted, reimaged, replaced), which the membership steps'
+// own lines do not cover: a reader of the log sees every change the hook
+// made, in order. It logs only when the Progressing condition's message
+// changes, so a steady cluster's resyncs log nothing.
+func (r *Reconciler) logProgress(o *etcdcluster.Observed, d etcdcluster.Decision) {
+	was, _ := progressing(o.Cluster.Status.Conditions)
+	now, ok := progressing(d.Status.Conditions)
+	if !ok || (now.Status == was.Status && now.Message == was.Message) {
+		return
+	}
+	if now.Status == metav1.ConditionTrue {
+		r.log(o).Info("progressing", "reason", now.Reason, "message", now.Message)
+	} else if was.Status == metav1.ConditionTrue {
+		r.log(o).Info("converged", "reason", now.Reason, "message", now.Message)
+	}
+}
+
+func progressing(conditions []v1beta2.ClusterCondition) (v1beta2.ClusterCondition, bool) {
+	for _, c := range conditions {
+		if c.Type == v1beta2.ConditionProgressing {
+			return c, true
+		}
+	}
+	return v1beta2.ClusterCondition{}, false
+}
+
+func (r *Reconciler) sync(ctx context.Context, o *etcdcluster.Observed, early *EarlyRead) (etcdcluster.Decision, error) {
 	o.Now = r.now()
 	o.AgentImage = r.AgentImage
 	o.SecretPropagation = r.SecretPropagation

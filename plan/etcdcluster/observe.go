@@ -28,7 +28,7 @@ func (p *planner) observe() observation {
 				r.unready = append(r.unready, name)
 			}
 		}
-		r.version = lowestVersion(ms)
+		r.version = p.lowestVersion()
 		r.phase, r.available = p.quorumPhase(ms)
 		if r.available.reason == ReasonQuorumLost {
 			r.problem(ReasonQuorumLost, r.available.message)

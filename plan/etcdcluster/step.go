@@ -17,7 +17,7 @@ import (
 // the spec.
 func (p *planner) withMembership() Decision {
 	o := p.o
-	if ok, why := versionChangeAllowed(lowestVersion(o.Membership), p.spec.Version); !ok {
+	if ok, why := versionChangeAllowed(p.lowestVersion(), p.spec.Version); !ok {
 		return p.frozen(ReasonVersionSkew, "the version change is refused and the cluster is left as it is: "+why)
 	}
 	views := p.viewMembers()
@@ -323,7 +323,7 @@ func (p *planner) learnersSupported() bool {
 	if !ok || !target.supportsLearners() {
 		return false
 	}
-	running, ok := parseVersion(lowestVersion(p.o.Membership))
+	running, ok := parseVersion(p.lowestVersion())
 	return ok && running.supportsLearners()
 }
 

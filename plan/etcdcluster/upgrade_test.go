@@ -337,3 +337,34 @@ func TestSameImage(t *testing.T) {
 		}
 	}
 }
+
+// TestCurrentVersionCountsSilentMembers: status.currentVersion is the
+// lowest version a member runs. A member that does not answer a sync's
+// status read counts with the lowest version seen before, so one missed
+// read of the last member still on the old release does not report the
+// upgrade done (CI caught the soak waiting on exactly that).
+func TestCurrentVersionCountsSilentMembers(t *testing.T) {
+	for _, tc := range []struct {
+		reason   string
+		lastSeen string
+		silent   int // the member whose status read failed, or -1
+		want     string
+	}{
+		{"every member answers: the lowest reported", "3.6.16", -1, "3.6.16"},
+		{"the member on the old release is silent: the version last seen holds", "3.6.16", 0, "3.6.16"},
+		{"a member on the new release is silent: nothing changes", "3.6.16", 1, "3.6.16"},
+		{"nothing seen before (a new cluster): only the answers count", "", 0, "3.7.3"},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			o := upgradeCluster("3.7.3", "3.6.16", "3.7.3", "3.7.3")
+			o.Cluster.Status.CurrentVersion = tc.lastSeen
+			if tc.silent >= 0 {
+				o.Membership.Members[tc.silent].Reachable = false
+				o.Membership.Members[tc.silent].Version = ""
+			}
+			if got := Plan(o).Status.CurrentVersion; got != tc.want {
+				t.Errorf("status.currentVersion %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -54,20 +54,30 @@ func (a semver) supportsLearners() bool {
 	return !a.less(semver{3, 4, 0})
 }
 
-// lowestVersion is the lowest parseable version among the members that
-// answered, or "" when none did.
-func lowestVersion(ms *membership.Membership) string {
+// lowestVersion is the lowest version among the members, or "" when
+// none is known. A member that answered counts with the version it
+// reported. One that did not (restarting, cut off, not started yet) may run
+// anything down to the lowest version last seen, so that version counts
+// for it: a leader that misses one status read in the middle of an upgrade
+// must not make the cluster look upgraded (status.currentVersion, which
+// users and GitOps wait on, would say so while it still runs the old
+// release), nor loosen the skew rule for the next change.
+func (p *planner) lowestVersion() string {
+	return lowestVersion(p.o.Membership, p.o.Cluster.Status.CurrentVersion)
+}
+
+func lowestVersion(ms *membership.Membership, lastSeen string) string {
 	lowest, found := semver{}, ""
+	consider := func(version string) {
+		if v, ok := parseVersion(version); ok && (found == "" || v.less(lowest)) {
+			lowest, found = v, version
+		}
+	}
 	for _, m := range ms.Members {
-		if !m.Reachable {
-			continue
-		}
-		v, ok := parseVersion(m.Version)
-		if !ok {
-			continue
-		}
-		if found == "" || v.less(lowest) {
-			lowest, found = v, m.Version
+		if m.Reachable {
+			consider(m.Version)
+		} else {
+			consider(lastSeen)
 		}
 	}
 	return found

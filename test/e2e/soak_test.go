@@ -355,8 +355,12 @@ func (k *soak) upgrade() (string, func() (bool, string)) {
 	k.version = newVersion
 	k.patch(map[string]any{"version": newVersion})
 	return oldVersion + " → " + newVersion, func() (bool, string) {
+		// Done when the status says so both ways: every member reported
+		// on the new release, and the rollout over. The next operation
+		// must not meet the upgrade's last restart.
 		_, st, _ := k.c.Parent()
-		return st.CurrentVersion == newVersion, "status.currentVersion " + st.CurrentVersion
+		upgrading, _ := st.Condition("Upgrading")
+		return st.CurrentVersion == newVersion && upgrading == "False", fmt.Sprintf("status.currentVersion %s, Upgrading %s", st.CurrentVersion, upgrading)
 	}
 }
 

@@ -117,7 +117,7 @@ func (w *soakWatch) sample(ctx context.Context, cli *clientv3.Client) {
 		} else if resp.Header.ClusterId != w.clusterID {
 			now["cluster ID"] = fmt.Sprintf("cluster ID %x, was %x, with no restore", resp.Header.ClusterId, w.clusterID)
 		}
-		var out []string
+		var out, why []string
 		voters, readyVoters := 0, 0
 		for _, m := range resp.Members {
 			p, ok := pods[m.Name]
@@ -130,6 +130,7 @@ func (w *soakWatch) sample(ctx context.Context, cli *clientv3.Client) {
 			}
 			if !ready {
 				out = append(out, m.Name)
+				why = append(why, outBecause(m.Name, m.IsLearner, p, ok))
 			}
 		}
 		allowed := 1
@@ -137,10 +138,10 @@ func (w *soakWatch) sample(ctx context.Context, cli *clientv3.Client) {
 			allowed = 2
 		}
 		if len(out) > allowed {
-			now["out"] = fmt.Sprintf("%d members out at once (%s), %d of them the soak's own", len(out), strings.Join(out, ", "), allowed-1)
+			now["out"] = fmt.Sprintf("%d members out at once (%s), %d of them the soak's own", len(out), strings.Join(why, ", "), allowed-1)
 		}
 		if readyVoters < voters/2+1 {
-			now["quorum"] = fmt.Sprintf("%d of %d voters ready: no quorum", readyVoters, voters)
+			now["quorum"] = fmt.Sprintf("%d of %d voters ready: no quorum; out: %s", readyVoters, voters, strings.Join(why, ", "))
 		}
 	}
 	for key, msg := range now {
@@ -149,6 +150,24 @@ func (w *soakWatch) sample(ctx context.Context, cli *clientv3.Client) {
 		}
 	}
 	w.pending = now
+}
+
+// outBecause says why a member counts as out, so that a broken invariant
+// names what each member was at, not only how many.
+func outBecause(name string, learner bool, p Pod, found bool) string {
+	kind := ""
+	if learner {
+		kind = " (learner)"
+	}
+	switch {
+	case name == "":
+		return "a member not started yet" + kind
+	case !found:
+		return name + kind + ": no Pod"
+	case p.Terminating:
+		return name + kind + ": Pod terminating"
+	}
+	return fmt.Sprintf("%s%s: Pod not ready, %d restarts", name, kind, p.Restarts)
 }
 
 // setFault says whether the operation under way is one of the soak's
