@@ -21,6 +21,9 @@ const (
 	RelatedClusters = v1beta2.Kind + "." + v1beta2.APIVersion
 	RelatedRestores = v1beta2.KindRestore + "." + v1beta2.APIVersion
 	RelatedBackups  = v1beta2.KindBackup + "." + v1beta2.APIVersion
+	// RelatedStorageClasses: the EtcdCluster customize hook relates them
+	// for a cluster on claims.
+	RelatedStorageClasses = "StorageClass.storage.k8s.io/v1"
 )
 
 // BackupConfig is what the EtcdBackup hooks need beyond the request.

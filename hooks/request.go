@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -145,6 +146,16 @@ func decodeClusterRelated(o *etcdcluster.Observed, related map[string]map[string
 				o.Secrets = map[string]*corev1.Secret{}
 			}
 			o.Secrets[name] = &secret
+		}
+	}
+	if classes, ok := related[RelatedStorageClasses]; ok {
+		// Present, even empty, when Metacontroller honoured the rule.
+		o.StorageClasses = make(map[string]*storagev1.StorageClass, len(classes))
+		for name, raw := range classes {
+			var sc storagev1.StorageClass
+			if json.Unmarshal(raw, &sc) == nil {
+				o.StorageClasses[name] = &sc
+			}
 		}
 	}
 	for name, raw := range related[RelatedBackups] {

@@ -450,7 +450,7 @@ func TestCompositeController(t *testing.T) {
 	wantMethods := map[string]string{
 		"v1/pods":                              "InPlace",
 		"v1/services":                          "InPlace",
-		"v1/persistentvolumeclaims":            "OnDelete",
+		"v1/persistentvolumeclaims":            "InPlace",
 		"policy/v1/poddisruptionbudgets":       "InPlace",
 		"v1/secrets":                           "InPlace",
 		"networking.k8s.io/v1/networkpolicies": "InPlace",

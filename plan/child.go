@@ -65,6 +65,15 @@ func KeepPod(p *corev1.Pod) Child {
 	})
 }
 
+// KeepClaim is a PersistentVolumeClaim child kept exactly as it was last
+// applied. One the hook did not create (no annotation) is kept as its
+// metadata and spec: its status is the cluster's to write.
+func KeepClaim(c *corev1.PersistentVolumeClaim) Child {
+	return Keep(KindPVC, c.Name, c.Annotations, func() any {
+		return &corev1.PersistentVolumeClaim{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"}, ObjectMeta: StrippedMeta(c.ObjectMeta), Spec: c.Spec}
+	})
+}
+
 // StrippedMeta keeps the parts of observed metadata a hook may own.
 func StrippedMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, Labels: m.Labels, Annotations: m.Annotations}

@@ -38,8 +38,10 @@ type Reconciler struct {
 	// AgentImage is this project's image, which a restored cluster's seed
 	// runs to fetch its snapshot.
 	AgentImage string
-	// SecretPropagation is etcdcluster.Observed's.
-	SecretPropagation time.Duration
+	// SecretPropagation and FilesystemResizeGrace are
+	// etcdcluster.Observed's.
+	SecretPropagation     time.Duration
+	FilesystemResizeGrace time.Duration
 }
 
 // Sync observes, plans, acts at most once, and plans the answer.
@@ -90,6 +92,7 @@ func (r *Reconciler) sync(ctx context.Context, o *etcdcluster.Observed, early *E
 	o.Now = r.now()
 	o.AgentImage = r.AgentImage
 	o.SecretPropagation = r.SecretPropagation
+	o.FilesystemResizeGrace = r.FilesystemResizeGrace
 	suffix, err := r.freshSuffix()
 	if err != nil {
 		return etcdcluster.Decision{}, err

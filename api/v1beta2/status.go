@@ -122,6 +122,10 @@ type ClusterStatus struct {
 	// +optional
 	Housekeeping *HousekeepingStatus `json:"housekeeping,omitempty"`
 
+	// Storage is the members' data volumes, for a cluster on claims.
+	// +optional
+	Storage *StorageStatus `json:"storage,omitempty"`
+
 	// TLS reports the certificates the members and the hook use, with
 	// spec.TLS.
 	// +optional

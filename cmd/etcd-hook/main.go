@@ -53,6 +53,7 @@ type config struct {
 	maxEtcdConns    int
 	agentImage      string
 	secretDelay     time.Duration
+	resizeGrace     time.Duration
 }
 
 func parseFlags(args []string) (config, error) {
@@ -73,6 +74,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.agentImage, "agent-image", DefaultAgentImage, "this project's image, which backup runs and the seed of a restored cluster start; keep it equal to the hook's own image")
 	fs.DurationVar(&cfg.secretDelay, "secret-propagation", etcdcluster.DefaultSecretPropagation, "how long the kubelets take to bring an updated Secret into a Pod (their sync period and Secret cache delay): "+
 		"with spec.TLS.auto, a CA is trusted this long after the last leaf it signed was replaced")
+	fs.DurationVar(&cfg.resizeGrace, "filesystem-resize-grace", etcdcluster.DefaultFilesystemResizeGrace, "how long a grown member claim may wait for its file system (FileSystemResizePending) before the member's Pod is rolled to mount it again")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -124,7 +126,7 @@ func serve(ctx context.Context, args []string) error {
 	metrics := newMetrics(registry)
 	pool := etcdclient.NewPool(cfg.maxEtcdConns)
 	defer pool.Close()
-	reconciler := &reconcile.Reconciler{Dialer: pool, Recorder: metrics, Logger: logger, AgentImage: cfg.agentImage, SecretPropagation: cfg.secretDelay}
+	reconciler := &reconcile.Reconciler{Dialer: pool, Recorder: metrics, Logger: logger, AgentImage: cfg.agentImage, SecretPropagation: cfg.secretDelay, FilesystemResizeGrace: cfg.resizeGrace}
 
 	ready := &readiness{}
 	router := newRouter(reconciler, hooks.BackupConfig{AgentImage: cfg.agentImage}, metrics, registry, logger, ready)

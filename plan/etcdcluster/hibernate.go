@@ -135,7 +135,7 @@ func hibernatedHealth(msg string) healthConditions {
 // members' data waits on them.
 func (p *planner) withClaims(children []plan.Child) []plan.Child {
 	for _, claim := range p.o.PVCs {
-		children = append(children, plan.Keep(plan.KindPVC, claim.Name, claim.Annotations, func() any { return claim }))
+		children = append(children, plan.KeepClaim(claim))
 	}
 	return children
 }

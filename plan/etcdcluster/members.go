@@ -115,9 +115,9 @@ func (p *planner) memberChildren(views []memberView) []plan.Child {
 		}
 		if v.persistent {
 			if v.claim != nil {
-				children = append(children, plan.Keep(plan.KindPVC, v.name, v.claim.Annotations, func() any { return v.claim }))
+				children = append(children, p.claimChild(v.claim))
 			} else if !v.Started() {
-				children = append(children, plan.Child{Kind: plan.KindPVC, Name: v.name, Object: memberClaim(c, p.spec, v.name, p.seed())})
+				children = append(children, plan.Child{Kind: plan.KindPVC, Name: v.name, Object: memberClaim(c, p.newClaimSpec(), v.name, p.seed())})
 			}
 		}
 	}
@@ -129,7 +129,7 @@ func (p *planner) memberChildren(views []memberView) []plan.Child {
 		}
 		for name, claim := range o.PVCs {
 			if !isMember[name] {
-				children = append(children, plan.Keep(plan.KindPVC, name, claim.Annotations, func() any { return claim }))
+				children = append(children, plan.KeepClaim(claim))
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
@@ -61,6 +62,16 @@ type Observed struct {
 	// SecretChildren are the Secrets the hook renders, by name: the CAs
 	// and certificates of spec.TLS.auto (see autotls.go).
 	SecretChildren map[string]*corev1.Secret
+	// StorageClasses are the cluster's StorageClasses, by name, as the
+	// customize hook relates them for a cluster on claims: whether a
+	// claim's class allows volume expansion (volumes.go). Nil when the
+	// request carried none at all (a Metacontroller before v4.15, or no
+	// customize hook), which is not the same as none found.
+	StorageClasses map[string]*storagev1.StorageClass
+	// FilesystemResizeGrace is how long a grown claim may wait for its
+	// file system before its member's Pod is rolled to mount it again
+	// [DefaultFilesystemResizeGrace].
+	FilesystemResizeGrace time.Duration
 	// SecretPropagation is how long the kubelets take to bring an updated
 	// Secret into the Pods that mount it [DefaultSecretPropagation]: a CA
 	// leaves the bundles only that long after the leaves it signed did.

@@ -80,6 +80,9 @@ type planner struct {
 	// holdEmptySeed keeps a cluster that waits for its data from being
 	// seeded empty meanwhile.
 	holdEmptySeed bool
+	// volumes is what this sync does with the claims' size; see
+	// volumes.go.
+	volumes volumePlan
 	// hash is podSpecHash of spec, once computed; see rollout.go.
 	hash string
 	// serving says, by member name, whether a member Pod carries
@@ -245,7 +248,7 @@ func (p *planner) keptChildren() []plan.Child {
 		children = append(children, plan.Keep(plan.KindService, s.Name, s.Annotations, func() any { return s }))
 	}
 	for _, c := range o.PVCs {
-		children = append(children, plan.Keep(plan.KindPVC, c.Name, c.Annotations, func() any { return c }))
+		children = append(children, plan.KeepClaim(c))
 	}
 	for _, b := range o.PDBs {
 		children = append(children, plan.Keep(plan.KindPDB, b.Name, b.Annotations, func() any { return b }))

@@ -19,6 +19,8 @@ import (
 // names needs the namespace: without one, Metacontroller looks in every
 // namespace.
 //
+// For a cluster on claims, the StorageClasses.
+//
 // With spec.TLS, the Secrets it names come too, by name: their bytes
 // arrive in each sync request, which is how the hook calls TLS members
 // without Kubernetes credentials, and a rotated Secret triggers a sync.
@@ -29,6 +31,13 @@ func Related(c *v1beta2.EtcdCluster) []plan.RelatedResource {
 	}
 	if names := relatedSecretNames(c); len(names) > 0 {
 		out = append(out, plan.RelatedResource{APIVersion: "v1", Resource: "secrets", Namespace: c.Namespace, Names: names})
+	}
+	if c.Spec.Persistent() {
+		// Every StorageClass (they are few, and cluster-scoped: from
+		// Metacontroller v4.15 an empty selector of a namespaced parent
+		// selects them cluster-wide): whether the claims' class allows
+		// them to grow (volumes.go).
+		out = append(out, plan.RelatedResource{APIVersion: "storage.k8s.io/v1", Resource: "storageclasses", LabelSelector: &metav1.LabelSelector{}})
 	}
 	return out
 }

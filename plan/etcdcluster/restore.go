@@ -162,7 +162,7 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 	}
 	if p.spec.Persistent() {
 		if claim, ok := p.o.PVCs[seed]; ok {
-			d.Children = append(d.Children, plan.Keep(plan.KindPVC, seed, claim.Annotations, func() any { return claim }))
+			d.Children = append(d.Children, plan.KeepClaim(claim))
 		} else {
 			d.Children = append(d.Children, plan.Child{Kind: plan.KindPVC, Name: seed, Object: memberClaim(p.o.Cluster, p.spec, seed, seed)})
 		}

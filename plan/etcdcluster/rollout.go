@@ -132,7 +132,7 @@ func (p *planner) outdated(pod *corev1.Pod) bool {
 		return false
 	}
 	h := pod.Annotations[AnnotationPodSpecHash]
-	return h != "" && (h != p.podHash() || p.distrusting(pod) || p.remounting(pod))
+	return h != "" && (h != p.podHash() || p.distrusting(pod) || p.remounting(pod) || p.awaitsRemount(pod))
 }
 
 func (p *planner) podHash() string {
@@ -270,9 +270,13 @@ func (p *planner) rollout(views []memberView, leader memberView, st rolloutState
 	}
 	v := st.pending[next]
 	if v.persistent {
+		why := "rolling out the spec change"
+		if p.podHash() == v.pod.Annotations[AnnotationPodSpecHash] && p.awaitsRemount(v.pod) {
+			why = "mounting a grown volume again (FileSystemResizePending)"
+		}
 		return stepResult{
 			drop:        v.pod,
-			progressing: conditionTrue(ReasonRollingChange, fmt.Sprintf("rolling out the spec change: member %s gets a new Pod on its claim; %s", v.name, p.rolloutRemaining(views, st))),
+			progressing: conditionTrue(ReasonRollingChange, fmt.Sprintf("%s: member %s gets a new Pod on its claim; %s", why, v.name, p.rolloutRemaining(views, st))),
 			resync:      resyncWaiting,
 		}
 	}

@@ -146,6 +146,7 @@ func (p *planner) status(r observation) v1beta2.ClusterStatus {
 		Restore:            p.restoreStatus,
 		NewestBackup:       p.newest,
 		Housekeeping:       p.housekeepingRecord(),
+		Storage:            p.storageStatus(),
 	}
 	st.TLS = p.tlsStatus()
 	st.Auth = p.authStatus(nil)

@@ -22,6 +22,7 @@ func (p *planner) withMembership() Decision {
 	}
 	views := p.viewMembers()
 	p.serving = p.servingMembers(views)
+	p.volumes = p.planVolumes(views)
 	children := append(p.commonChildren(), p.memberChildren(views)...)
 
 	r := p.observe()
@@ -53,7 +54,13 @@ func (p *planner) withMembership() Decision {
 	}
 	if step.progressing.reason != "" {
 		r.progressing = step.progressing
+	} else if p.volumes.waiting != "" {
+		// The claims grow beside the membership steps: a step under way
+		// is the one to report, and the growth goes on meanwhile.
+		r.progressing = conditionTrue(ReasonVolumesGrowing, p.volumes.waiting)
+		step.resync = resyncWaiting
 	}
+	p.volumeProblems(&r)
 	if step.blocked != nil {
 		r.problems = append([]problem{*step.blocked}, r.problems...)
 	}

@@ -51,7 +51,7 @@ func (p *planner) withoutMembership() Decision {
 	}
 	recovered := 0
 	for name, claim := range o.PVCs {
-		children = append(children, plan.Keep(plan.KindPVC, name, claim.Annotations, func() any { return claim }))
+		children = append(children, plan.KeepClaim(claim))
 		if _, hasPod := o.Pods[name]; !hasPod && claim.DeletionTimestamp == nil {
 			children = append(children, plan.Child{Kind: plan.KindPod, Name: name, Object: p.recoveredPod(name)})
 			recovered++
