@@ -57,6 +57,10 @@ var stallingProblems = map[string]bool{
 	ReasonAllMembersLost:   true,
 	ReasonRestoreFailed:    true,
 	ReasonRestoreRefused:   true,
+	// A volume that cannot grow (or shrink) as asked: the spec or the
+	// StorageClass must change, or the driver's error be seen to.
+	ReasonVolumeChangeRefused: true,
+	ReasonVolumeResizeFailed:  true,
 }
 
 // softProblems are Degraded reasons that do not keep a cluster from Ready.

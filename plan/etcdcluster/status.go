@@ -81,6 +81,8 @@ var severity = map[string]int{
 	ReasonTLSSecretInvalid:    1,
 	ReasonVersionSkew:         1,
 	ReasonDowngradeRefused:    1,
+	ReasonVolumeChangeRefused: 1,
+	ReasonVolumeResizeFailed:  2,
 	ReasonAllMembersLost:      2,
 	ReasonRestoreFailed:       2,
 	ReasonRestoreRefused:      2,

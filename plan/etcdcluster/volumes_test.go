@@ -188,6 +188,12 @@ func TestGrowVolumes(t *testing.T) {
 			if prog.Reason != tc.progressing || deg.Reason != tc.degraded {
 				t.Errorf("%s: Progressing %s (%s), Degraded %s (%s); want %s and %s", tc.reason, prog.Reason, prog.Message, deg.Reason, deg.Message, tc.progressing, tc.degraded)
 			}
+			// A refusal or a failure needs a person: kstatus's Stalled,
+			// which GitOps tools stop on.
+			stalled := conditionOf(d.Status, v1beta2.ConditionStalled).Status == metav1.ConditionTrue
+			if want := tc.degraded != ReasonAsExpected; stalled != want {
+				t.Errorf("%s: Stalled %v, want %v", tc.reason, stalled, want)
+			}
 			if msg := prog.Message + " " + deg.Message; tc.message != "" && !strings.Contains(msg, tc.message) {
 				t.Errorf("%s: the conditions say %q, want a mention of %q", tc.reason, msg, tc.message)
 			}
