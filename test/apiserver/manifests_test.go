@@ -75,6 +75,7 @@ func TestManifests(t *testing.T) {
 		{"TLSOverlays", testTLSOverlays},
 		{"RenderedChildren", testRenderedChildren},
 		{"Placement", testPlacement},
+		{"ClaimGrowth", testClaimGrowth},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.fn(t, k) }) && s.name == "Install" {
@@ -628,6 +629,11 @@ func testPrinterColumns(t *testing.T, k *kube) {
 		Bootstrap: &v1beta2.BootstrapStatus{
 			SeedMember: members[0], Bootstrapped: true, ClusterID: "8e9e05c52164694d", RecreatedFrom: seedName + "-zzzzz",
 		},
+		Storage: &v1beta2.StorageStatus{Requested: "2Gi", Capacity: "1Gi", Claims: []v1beta2.ClaimStatus{
+			{Name: members[0], Requested: "2Gi", Capacity: "2Gi"},
+			{Name: members[1], Requested: "2Gi", Capacity: "1Gi", Resizing: "waits for its file system to grow (FileSystemResizePending)"},
+			{Name: members[2], Requested: "1Gi", Capacity: "1Gi"},
+		}},
 	}
 	raw, err := json.Marshal(running)
 	if err != nil {
