@@ -33,6 +33,10 @@ const (
 	// CertificatesReady: with spec.TLS, every certificate is valid and,
 	// with spec.TLS.auto, renewed on time; False says which is not.
 	ConditionCertificatesReady ConditionType = "CertificatesReady"
+	// Adopted: members run on the Pods the CoreOS etcd-operator made,
+	// taken over as they are; False while the hook waits for such a
+	// cluster to be stable before it takes it over.
+	ConditionAdopted ConditionType = "Adopted"
 
 	// The kstatus conditions, which Flux, kubectl wait and Argo CD (with
 	// the Lua check in manifests/gitops) read: see docs/gitops.md ("GitOps

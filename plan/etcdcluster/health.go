@@ -61,6 +61,9 @@ var stallingProblems = map[string]bool{
 	// StorageClass must change, or the driver's error be seen to.
 	ReasonVolumeChangeRefused: true,
 	ReasonVolumeResizeFailed:  true,
+	// A CoreOS cluster left mid-upgrade or mid-scale does not settle by
+	// itself once that operator is stopped.
+	ReasonTakeoverWaiting: true,
 }
 
 // softProblems are Degraded reasons that do not keep a cluster from Ready.

@@ -83,6 +83,9 @@ type planner struct {
 	// volumes is what this sync does with the claims' size; see
 	// volumes.go.
 	volumes volumePlan
+	// takeover is where the adoption of the CoreOS operator's members
+	// stands, once worked out; see takeover.go.
+	takeover *takeoverState
 	// hash is podSpecHash of spec, once computed; see rollout.go.
 	hash string
 	// serving says, by member name, whether a member Pod carries
@@ -174,6 +177,9 @@ func Plan(observed *Observed) (d Decision) {
 	}
 	if req := p.restoreRequested(); req != nil {
 		return p.planRestore(req)
+	}
+	if st := p.adoption(); st.waiting != "" {
+		return p.frozen(ReasonTakeoverWaiting, st.waiting+"; the cluster is left as it is until it is stable")
 	}
 	d = p.planCurrent()
 	if rs := d.Status.Restore; rs != nil && rs.Phase == v1beta2.RestoreRestoring && (d.ResyncAfter == 0 || d.ResyncAfter > resyncWaiting) {

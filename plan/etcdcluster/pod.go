@@ -103,7 +103,7 @@ func renderMemberPod(in memberPodInput) *corev1.Pod {
 	}
 	annotations[AnnotationVersion] = spec.Version
 	annotations[AnnotationSeedMember] = in.seed
-	annotations[AnnotationPodSpecHash] = podSpecHash(spec)
+	annotations[AnnotationPodSpecHash] = withRollout(podSpecHash(spec), c.Annotations[AnnotationRollout])
 	if in.trust != "" {
 		annotations[AnnotationTrustedCA] = in.trust
 	}

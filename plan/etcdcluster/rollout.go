@@ -142,8 +142,20 @@ func (p *planner) podHash() string {
 		} else {
 			p.hash = podSpecHash(p.spec)
 		}
+		p.hash = withRollout(p.hash, p.o.Cluster.Annotations[AnnotationRollout])
 	}
 	return p.hash
+}
+
+// withRollout folds the value of AnnotationRollout into a pod-spec hash,
+// so that changing it outdates every member Pod. Without the annotation
+// the hash is the spec's alone, as before the annotation existed.
+func withRollout(hash, rollout string) string {
+	if rollout == "" {
+		return hash
+	}
+	sum := sha256.Sum256([]byte(hash + "/" + rollout))
+	return hex.EncodeToString(sum[:8])
 }
 
 // hookAnnotation: the annotations the hook sets on a member Pod for its

@@ -173,6 +173,9 @@ func (p *planner) status(r observation) v1beta2.ClusterStatus {
 	} {
 		st.Conditions = append(st.Conditions, p.condition(cc.t, cc.c))
 	}
+	if c, ok := p.adoptedCondition(p.adoption()); ok {
+		st.Conditions = append(st.Conditions, p.condition(v1beta2.ConditionAdopted, c))
+	}
 	if c, ok := p.certificatesCondition(&st); ok {
 		st.Conditions = append(st.Conditions, p.condition(v1beta2.ConditionCertificatesReady, c))
 	}
