@@ -193,6 +193,11 @@ func (p *planner) nextDue() (time.Time, string) {
 	b, last := p.o.Backup, p.status.LastRun
 	interval := time.Duration(p.policy().BackupIntervalInSecond) * time.Second
 	switch {
+	case last == nil && interval == 0 && p.status.Succeeded && p.status.LastSuccessDate != nil:
+		// A one-shot backup another operator took (the CoreOS backup
+		// operator writes only these fields): running it again would
+		// overwrite the object it stored with a snapshot of now.
+		return time.Time{}, fmt.Sprintf("the one-shot backup was taken at %s, before this hook ran; it is kept as it is", p.status.LastSuccessDate.UTC().Format(time.RFC3339))
 	case last == nil:
 		return p.o.Now, "no backup taken yet"
 	case !last.Succeeded && last.End != nil:

@@ -373,3 +373,35 @@ func TestRunPodOnClaim(t *testing.T) {
 		t.Errorf("volumes %+v mounts %+v", v, c.VolumeMounts)
 	}
 }
+
+// TestCoreOSOneShotIsNotTakenAgain: a one-shot EtcdBackup the CoreOS
+// backup operator completed carries only its status fields (succeeded,
+// etcdRevision, lastSuccessDate), no run of this hook. Taking it again
+// would overwrite the object it stored with a snapshot of now: the user's
+// backup of then would be gone.
+func TestCoreOSOneShotIsNotTakenAgain(t *testing.T) {
+	taken := metav1.NewTime(t0.Add(-24 * time.Hour))
+	tests := []struct {
+		name, reason string
+		interval     int64
+		status       v1beta2.BackupStatus
+		runs         bool
+	}{
+		{"CoreOS one-shot", "succeeded before this hook: kept", 0, v1beta2.BackupStatus{Succeeded: true, EtcdVersion: "3.2.13", EtcdRevision: 99, LastSuccessDate: &taken}, false},
+		{"CoreOS one-shot that failed", "nothing stored to keep: taken now", 0, v1beta2.BackupStatus{Succeeded: false, Reason: "failed to connect"}, true},
+		{"CoreOS periodic", "periodic backups go on, each to a new object", 3600, v1beta2.BackupStatus{Succeeded: true, LastSuccessDate: &taken}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackup(tc.interval)
+			b.Status = tc.status
+			d := Plan(observe(b, t0))
+			if runs := len(d.Children) > 0; runs != tc.runs {
+				t.Errorf("%s: a run started %v, want %v (children %v)", tc.reason, runs, tc.runs, d.Children)
+			}
+			if !tc.runs && (d.Status.LastSuccessDate == nil || !d.Status.LastSuccessDate.Equal(&taken) || d.Status.EtcdRevision != 99) {
+				t.Errorf("%s: the CoreOS record changed: %+v", tc.reason, d.Status)
+			}
+		})
+	}
+}
