@@ -36,11 +36,14 @@ type Event struct {
 }
 
 // APIServer stands in for kube-apiserver plus the few control-plane controllers
-// whose effects the hook can observe: the PV binder (PVCs become Bound at once),
-// pvc-protection (a PVC in use by a Pod survives its deletion until the Pod is
-// gone), the garbage collector (ownerReferences cascade, background policy) and
-// the disruption controller (PDB status). Everything happens synchronously
-// inside the mutating call, which keeps the emulation deterministic.
+// whose effects the hook can observe: the PV binder (PVCs become Bound at once,
+// pvc.go), pvc-protection (a PVC in use by a Pod survives its deletion until
+// the Pod is gone), the garbage collector (ownerReferences cascade, background
+// policy) and the disruption controller (PDB status). Everything happens
+// synchronously inside the mutating call, which keeps the emulation
+// deterministic; volume expansion, which takes time on a cluster too, is
+// VolumeController's (volumecontroller.go). StorageClasses are
+// cluster-scoped: their Ref has no namespace.
 //
 // Watchers get events after the lock is released, in the goroutine that made the
 // change; they must not block.
@@ -165,8 +168,8 @@ func (s *APIServer) Create(obj Object) (Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	ref := RefOf(in)
-	if ref.Name == "" || ref.Namespace == "" {
+	ref := scopedRef(in)
+	if ref.Name == "" || (ref.Namespace == "" && !clusterScoped(ref.Type)) {
 		return nil, fmt.Errorf("create %s: metadata.name and metadata.namespace are required: %w", ref, ErrInvalid)
 	}
 	s.lock()
@@ -188,10 +191,13 @@ func (s *APIServer) Create(obj Object) (Object, error) {
 	case TypeService:
 		in["status"] = map[string]any{"loadBalancer": map[string]any{}}
 	case TypePVC:
+		s.defaultClaimClassLocked(in)
 		setFinalizers(in, appendUnique(finalizersOf(in), pvcProtectionFinalizer))
 		bindPVC(in)
 	case TypePDB:
 		in["status"] = map[string]any{}
+	case TypeStorageClass:
+		defaultStorageClass(in)
 	}
 	out, err := validateCreate(ref.Type, in)
 	if err != nil {
@@ -206,22 +212,15 @@ func (s *APIServer) Create(obj Object) (Object, error) {
 
 const pvcProtectionFinalizer = "kubernetes.io/pvc-protection"
 
-// bindPVC plays the PV controller with an immediately-binding storage class:
-// the harness has no WaitForFirstConsumer topology to honour.
-func bindPVC(pvc Object) {
-	uid := nestedString(pvc, "metadata", "uid")
-	spec := ensureMap(pvc, "spec")
-	if _, ok := spec["volumeName"]; !ok {
-		spec["volumeName"] = "pvc-" + uid
+// scopedRef is RefOf an object about to be stored: a cluster-scoped type's
+// namespace is dropped, as the API server clears it.
+func scopedRef(obj Object) Ref {
+	ref := RefOf(obj)
+	if clusterScoped(ref.Type) {
+		delete(ensureMap(obj, "metadata"), "namespace")
+		ref.Namespace = ""
 	}
-	st := map[string]any{"phase": "Bound"}
-	if am, ok := spec["accessModes"]; ok {
-		st["accessModes"] = deepCopyJSON(am)
-	}
-	if req := nestedString(spec, "resources", "requests", "storage"); req != "" {
-		st["capacity"] = map[string]any{"storage": req}
-	}
-	pvc["status"] = st
+	return ref
 }
 
 // Update replaces the main resource (everything but status), like a PUT by
@@ -233,7 +232,7 @@ func (s *APIServer) Update(obj Object) (Object, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	ref := RefOf(in)
+	ref := scopedRef(in)
 	s.lock()
 	defer s.unlock()
 	cur, ok := s.objs[ref]
@@ -258,6 +257,10 @@ func (s *APIServer) Update(obj Object) (Object, bool, error) {
 		delete(in, "status")
 	}
 	out, err := validateUpdate(ref.Type, cur, in)
+	if err == nil && ref.Type == TypePVC {
+		// Validating admission comes after the object's validation.
+		err = s.admitClaimResizeLocked(cur, out)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("update %s: %w", ref, err)
 	}
@@ -300,6 +303,38 @@ func (s *APIServer) UpdateStatus(ref Ref, uid string, status any) (bool, error) 
 	} else {
 		next["status"] = st["status"]
 	}
+	ensureMap(next, "metadata")["resourceVersion"] = s.nextRV()
+	s.objs[ref] = next
+	s.emit(Modified, next)
+	s.afterChangeLocked(ref.Namespace)
+	return true, nil
+}
+
+// patchStatus is a read-modify-write of the status of the object with the
+// given uid, under the store's lock, as a controller's status PATCH with a
+// resourceVersion precondition that never loses: fn edits a copy of the
+// whole object and reports whether it changed anything (only .status is
+// kept). It reports whether the object changed.
+func (s *APIServer) patchStatus(ref Ref, uid string, fn func(obj Object) bool) (bool, error) {
+	s.lock()
+	defer s.unlock()
+	cur, ok := s.objs[ref]
+	if !ok || (uid != "" && nestedString(cur, "metadata", "uid") != uid) {
+		return false, fmt.Errorf("patch status %s: %w", ref, ErrNotFound)
+	}
+	next := copyObject(cur)
+	if !fn(next) {
+		return false, nil
+	}
+	st, err := normalize(map[string]any{"status": next["status"]})
+	if err != nil {
+		return false, err
+	}
+	if reflect.DeepEqual(cur["status"], st["status"]) {
+		return false, nil
+	}
+	next = copyObject(cur)
+	next["status"] = st["status"]
 	ensureMap(next, "metadata")["resourceVersion"] = s.nextRV()
 	s.objs[ref] = next
 	s.emit(Modified, next)
@@ -430,8 +465,12 @@ func (s *APIServer) removeLocked(ref Ref) {
 	}
 }
 
-// afterChangeLocked runs the emulated control-plane controllers of a namespace.
+// afterChangeLocked runs the emulated control-plane controllers of a
+// namespace; a cluster-scoped object ("") concerns none of them.
 func (s *APIServer) afterChangeLocked(namespace string) {
+	if namespace == "" {
+		return
+	}
 	s.pvcProtectionLocked(namespace)
 	s.disruptionLocked(namespace)
 }

@@ -16,15 +16,64 @@
 //     a Service's clusterIP, deletes Pods gracefully, and plays the PV binder
 //     (a PVC is Bound at once), pvc-protection (a PVC in use outlives its
 //     deletion), the garbage collector (ownerReferences, background policy)
-//     and the disruption controller (PDB status).
+//     and the disruption controller (PDB status). StorageClasses
+//     (storageclass.go; Env.CreateStorageClass) are its one cluster-scoped
+//     type: no namespace in their Ref, reclaimPolicy and volumeBindingMode
+//     defaulted, everything but allowVolumeExpansion immutable.
+//   - Claims (pvc.go), as Kubernetes 1.33+ treats them. The
+//     DefaultStorageClass admission plugin gives a claim created without
+//     spec.storageClassName the default class (annotation
+//     storageclass.kubernetes.io/is-default-class: "true"; the newest one,
+//     then by name, when several are), and leaves storageClassName "" alone.
+//     A new claim is then Bound at once to a volume of its request
+//     (status.capacity, status.accessModes, spec.volumeName), class or not.
+//     An update may change only a Bound claim's storage request (and
+//     volumeAttributesClassName), volumeName once and a storageClassName
+//     that was unset: "spec: Forbidden: spec is immutable after creation
+//     except resources.requests and volumeAttributesClassName for bound
+//     claims"; a request may go down, to recover from a failed expansion,
+//     but never to status.capacity or below: "spec.resources.requests.storage:
+//     Forbidden: field can not be less than status.capacity". The
+//     PersistentVolumeClaimResize admission plugin refuses a larger request
+//     unless the claim's class exists and has allowVolumeExpansion: true:
+//     `persistentvolumeclaims "<name>" is forbidden: only dynamically
+//     provisioned pvc can be resized and the storageclass that provisions
+//     the pvc must support resize`. Both are ErrInvalid, like every refusal
+//     here (the plugin's is a 403 on a cluster): a Metacontroller update
+//     that gets one is an ApplyError.
+//   - VolumeController (volumecontroller.go; Env.Volumes): the CSI
+//     external-resizer and the kubelet's volume expansion, with
+//     RecoverVolumeExpansionFailure. A Bound claim whose request exceeds its
+//     capacity is marked at once: condition Resizing, the new size in
+//     status.allocatedResources, allocatedResourceStatuses.storage
+//     ControllerResizeInProgress. After VolumeConfig.ResizeDelay (300 ms)
+//     the driver has grown the volume: if its class is online (the
+//     default) and a Pod the kubelet started (status.startTime, not
+//     terminating nor finished) mounts the claim, or no unfinished Pod uses
+//     it, status.capacity becomes the allocated size and the resize
+//     conditions and status go; otherwise, and always for a class created
+//     with StorageClassOptions.OfflineExpansion (parameter
+//     harness.etcd-hook.dev/expansion: offline: the driver grows file
+//     systems only at mount time), the claim waits:
+//     {type: FileSystemResizePending, status: "True", message: "Waiting for
+//     user to (re-)start a pod to finish file system resize of volume on
+//     node."}, allocatedResourceStatuses.storage NodeResizePending, the
+//     capacity unchanged. A waiting claim of an online class gets its
+//     capacity as soon as a started Pod mounts it; of any class, when the
+//     kubelet starts a new Pod that mounts it (kubelet_pods.go schedule).
+//     A container restart mounts nothing again and finishes nothing. Each
+//     step is a status update, so the owning parent is synced.
 //   - Metacontroller (metacontroller.go: its configuration and what tests
 //     call; metacontroller_queue.go: one worker per parent;
 //     metacontroller_sync.go: a sync, its request and its answer applied;
 //     metacontroller_related.go: the customize hook; parentcache.go;
 //     metacontroller_records.go; apply.go): one CompositeController
-//     with generateSelector, children pods, services, persistentvolumeclaims and
-//     poddisruptionbudgets, a sync and a finalize hook. Requests have the
-//     shape of the captured ones in shared/metacontroller/captured. Only an
+//     with generateSelector, children pods, services, persistentvolumeclaims,
+//     poddisruptionbudgets, secrets and networkpolicies (InPlace all, as in
+//     manifests/metacontroller/compositecontroller.yaml: a claim's larger
+//     request is merged into the live claim), a sync and a finalize hook.
+//     Requests have the shape of the captured ones in
+//     shared/metacontroller/captured. Only an
 //     HTTP 200 applies anything; otherwise the parent is retried with an
 //     exponential backoff (5 ms doubling, capped at 2 s here instead of
 //     1000 s); a 429 with Retry-After waits without counting as an error.
@@ -47,6 +96,15 @@
 //     replaces a newer one, as it can on a real cluster. Child types are
 //     created and updated in ChildTypes order, or ControllerConfig.ApplyOrder
 //     first: Metacontroller walks a Go map, so any order happens there.
+//     A customize hook (ControllerConfig.CustomizeURL) relates objects of
+//     the parent's namespace by names or by a label selector (not both, nor
+//     a selector with a namespace, which Metacontrollers before v4.15
+//     refuse), and StorageClasses cluster-wide, as Metacontroller v4.15+
+//     does for a cluster-scoped resource of a namespaced parent; the
+//     request's related map has the type's group, keyed by name, whenever
+//     a rule asked for it, empty if nothing matched. A change of a related object syncs the
+//     parents of its namespace, of a StorageClass the parents (of any
+//     namespace) whose last customize answer related StorageClasses.
 //     Hooks on https URLs (webhooktls.go) are verified as by Metacontroller
 //     v4.16+: against the hook's caBundle (inline, secretRef or
 //     configMapRef, key ca.crt by default), else the one of the first
@@ -164,7 +222,17 @@
 // Secret volume that cannot be written (a missing non-optional Secret or
 // key) is retried at every refresh; meanwhile the containers that mount it
 // wait in CreateContainerConfigError (ContainerCreating with FailedMount on
-// a node). A PVC's readOnly is not enforced. Exec
+// a node). A PVC's readOnly is not enforced, nor is its size: a claim is a
+// directory. Claims are bound at creation, whatever their class (a missing
+// class would leave them Pending, WaitForFirstConsumer until a Pod is
+// scheduled); there are no PersistentVolume objects, and the PV
+// controller's retroactive default class never matters. Volume expansion
+// takes ResizeDelay (300 ms) where a driver takes seconds, and never fails
+// (no ControllerResizeError, NodeResizeError or Infeasible state); the
+// kubelet's online expansion of a mounted volume, which takes up to its
+// volume manager's resync on a node, happens when the driver is done, so
+// that an online class's claim in use by a running Pod is never seen
+// FileSystemResizePending; one no Pod uses grows without a node. Exec
 // and gRPC probes, envFrom, configMap/hostPath volumes and commands other
 // than etcd, etcdctl, etcdutl and this project's etcd-hook (in its image, or
 // copied into a volume) are not supported and show up as Pod events and

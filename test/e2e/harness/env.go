@@ -28,6 +28,8 @@ type Options struct {
 
 	Controller ControllerConfig // SyncURL and FinalizeURL are filled in
 	Kubelet    KubeletConfig    // Dir is filled in
+	// Volumes tunes the resizing of claims (VolumeController).
+	Volumes VolumeConfig
 
 	// Backups runs a second Metacontroller, for EtcdBackups and their run
 	// Pods, with the hook's customize hook (BackupMC).
@@ -66,6 +68,7 @@ type Env struct {
 	// RestoreMC runs the EtcdRestore controller, with Options.Restores.
 	RestoreMC *Metacontroller
 	Kubelet   *Kubelet
+	Volumes   *VolumeController // grows the volumes of claims whose request was raised
 	Proxy     *FaultProxy
 	Hook      *HookProcess // nil when Options.HookURL is used
 	Procs     *ProcTable
@@ -223,6 +226,12 @@ func (e *Env) start() error {
 		return err
 	}
 	e.Kubelet = k
+	vc := e.opts.Volumes
+	if verbose && vc.Logf == nil {
+		vc.Logf = e.logf
+	}
+	e.Volumes = NewVolumeController(e.API, vc)
+	e.Volumes.Start(e.ctx)
 	k.Start(e.ctx)
 	mc.Start(e.ctx)
 	if e.BackupMC != nil {
@@ -247,6 +256,9 @@ func (e *Env) close() {
 	}
 	if e.BackupMC != nil {
 		e.BackupMC.Stop()
+	}
+	if e.Volumes != nil {
+		e.Volumes.Stop()
 	}
 	if e.Hook != nil {
 		e.Hook.Stop(2 * time.Second)
@@ -308,6 +320,14 @@ func (e *Env) dump() {
 			ev = ev[len(ev)-80:]
 		}
 		b.WriteString("=== kubelet events\n" + strings.Join(ev, "\n") + "\n")
+	}
+	if e.Volumes != nil {
+		if ev := e.Volumes.Events(); len(ev) > 0 {
+			if len(ev) > 40 {
+				ev = ev[len(ev)-40:]
+			}
+			b.WriteString("=== volume resize events\n" + strings.Join(ev, "\n") + "\n")
+		}
 	}
 	var logs []string
 	_ = filepath.WalkDir(e.Dir, func(p string, d os.DirEntry, err error) error {

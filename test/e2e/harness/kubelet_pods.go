@@ -162,10 +162,12 @@ func (w *podWorker) gracePeriod(pod *corev1.Pod) time.Duration {
 }
 
 // schedule binds the Pod: it needs its PVCs to exist and not be terminating,
-// as the scheduler does. Then it gets its IPs and directories.
+// as the scheduler does. Then it gets its IPs and directories, and mounts
+// its volumes: a claim waiting FileSystemResizePending gets its capacity.
 func (w *podWorker) schedule(pod *corev1.Pod) bool {
 	vols := map[string]string{}
 	var secrets []*secretVolume
+	var claims []Object
 	for _, v := range pod.Spec.Volumes {
 		switch {
 		case v.EmptyDir != nil:
@@ -188,6 +190,7 @@ func (w *podWorker) schedule(pod *corev1.Pod) bool {
 			// readOnly is not enforced: the processes run as the test's
 			// user, on the claim's host directory.
 			vols[v.Name] = w.k.pvDir(pvc)
+			claims = append(claims, pvc)
 		default:
 			// Left out: containers that mount it fail with
 			// CreateContainerConfigError, the others run.
@@ -225,6 +228,17 @@ func (w *podWorker) schedule(pod *corev1.Pod) bool {
 	w.ip, w.secrets, w.scheduled, w.unschedMsg, w.startTime = ip, secrets, true, "", time.Now()
 	w.nextSecretSync = w.startTime.Add(w.k.cfg.SecretRefreshPeriod)
 	w.k.event(w.ref, "scheduled: pod IP %s", ip)
+	// Mounting a volume whose file system waits to grow grows it
+	// (NodeExpandVolume at mount): only a new Pod gets here, a container
+	// restart does not mount again.
+	for _, pvc := range claims {
+		ref := RefOf(pvc)
+		if ok, err := finishNodeExpansion(w.k.api, ref, nestedString(pvc, "metadata", "uid")); ok {
+			w.k.event(w.ref, "volume of claim %s mounted: file system grown", ref.Name)
+		} else if err != nil {
+			w.k.event(w.ref, "volume of claim %s: %v", ref.Name, err)
+		}
+	}
 	return true
 }
 

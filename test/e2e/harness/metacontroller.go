@@ -29,7 +29,7 @@ func DefaultChildTypes() []ChildType {
 	return []ChildType{
 		{APIVersion: "v1", Kind: "Pod", Resource: "pods", UpdateMethod: "InPlace"},
 		{APIVersion: "v1", Kind: "Service", Resource: "services", UpdateMethod: "InPlace"},
-		{APIVersion: "v1", Kind: "PersistentVolumeClaim", Resource: "persistentvolumeclaims", UpdateMethod: "OnDelete"},
+		{APIVersion: "v1", Kind: "PersistentVolumeClaim", Resource: "persistentvolumeclaims", UpdateMethod: "InPlace"},
 		{APIVersion: "policy/v1", Kind: "PodDisruptionBudget", Resource: "poddisruptionbudgets", UpdateMethod: "InPlace"},
 		{APIVersion: "v1", Kind: "Secret", Resource: "secrets", UpdateMethod: "InPlace"},
 		{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy", Resource: "networkpolicies", UpdateMethod: "InPlace"},
@@ -147,8 +147,11 @@ type Metacontroller struct {
 	// dropStatus lists parents whose status writes are skipped, as when
 	// Metacontroller dies between applying children and writing status.
 	dropStatus map[string]bool
-	// relatedTypes are the type keys customize answers have named.
+	// relatedTypes are the type keys customize answers have named;
+	// relatedBy the ones the last answer for each parent named, by
+	// namespace/name.
 	relatedTypes map[string]bool
+	relatedBy    map[string]map[string]bool
 	// hideChildren lists parents whose requests show no child, as from an
 	// informer cache that has not caught up.
 	hideChildren map[string]bool

@@ -16,6 +16,9 @@ func (mc *Metacontroller) onEvent(ev Event) {
 	if ev.Ref.Type == mc.cfg.ParentType {
 		if ev.Type == Deleted {
 			mc.forgetParent(ev.Ref)
+			mc.mu.Lock()
+			delete(mc.relatedBy, parentKey(ev.Ref))
+			mc.mu.Unlock()
 			return
 		}
 		mc.observeParent(ev.Object)
@@ -23,6 +26,15 @@ func (mc *Metacontroller) onEvent(ev Event) {
 		return
 	}
 	if mc.isRelatedType(ev.Ref.Type) {
+		if clusterScoped(ev.Ref.Type) {
+			// A cluster-scoped object relates to parents of every
+			// namespace: sync those whose customize answer named its
+			// type, a superset of those it matches.
+			for _, ref := range mc.parentsRelating(ev.Ref.Type) {
+				mc.enqueue(ref)
+			}
+			return
+		}
 		// A related object changed: sync every parent of its namespace, a
 		// superset of those that relate it.
 		for _, p := range mc.api.List(mc.cfg.ParentType, ev.Ref.Namespace) {

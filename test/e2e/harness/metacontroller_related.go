@@ -7,15 +7,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // Related objects: the customize hook names the objects of other kinds a
 // parent's requests carry, and a change to one syncs the parents of its
-// namespace.
+// namespace, or for a cluster-scoped one the parents that relate its type.
 
 // relatedKinds maps the resources a customize hook may name to their kind.
 var relatedKinds = map[string]string{"secrets": "Secret", "persistentvolumeclaims": "PersistentVolumeClaim",
-	"etcdclusters": "EtcdCluster", "etcdbackups": "EtcdBackup", "etcdrestores": "EtcdRestore"}
+	"etcdclusters": "EtcdCluster", "etcdbackups": "EtcdBackup", "etcdrestores": "EtcdRestore",
+	"storageclasses": "StorageClass"}
 
 func (mc *Metacontroller) isRelatedType(typ string) bool {
 	mc.mu.Lock()
@@ -23,10 +25,26 @@ func (mc *Metacontroller) isRelatedType(typ string) bool {
 	return mc.relatedTypes[typ]
 }
 
+// parentsRelating are the parents whose last customize answer named typ.
+func (mc *Metacontroller) parentsRelating(typ string) []Ref {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	var out []Ref
+	for _, key := range sortedKeys(mc.relatedBy) {
+		if mc.relatedBy[key][typ] {
+			ns, name, _ := strings.Cut(key, "/")
+			out = append(out, mc.parentRef(ns, name))
+		}
+	}
+	return out
+}
+
 // related asks the customize hook what to relate and collects it, as
 // Metacontroller does with hook version v1: objects of the parent's own
 // namespace, keyed by type and then by name, chosen by names or by a label
-// selector (an empty one selects every object), never both.
+// selector (an empty one selects every object), never both. A
+// cluster-scoped type (StorageClass) is listed cluster-wide, as from
+// Metacontroller v4.15, and keyed by name.
 func (mc *Metacontroller) related(ctx context.Context, parent Object) (map[string]map[string]Object, error) {
 	body := mustJSON(map[string]any{"controller": mc.ctrl, "parent": parent})
 	ctx, cancel := context.WithTimeout(ctx, mc.cfg.Timeout)
@@ -59,19 +77,25 @@ func (mc *Metacontroller) related(ctx context.Context, parent Object) (map[strin
 	}
 	ns := nestedString(parent, "metadata", "namespace")
 	related := map[string]map[string]Object{}
+	types := map[string]bool{}
 	for _, r := range out.RelatedResources {
 		kind, ok := relatedKinds[r.Resource]
 		if !ok {
 			return nil, fmt.Errorf("customize hook: resource %q is not known to the harness", r.Resource)
 		}
-		if r.Namespace != "" && r.Namespace != ns {
+		typ := kind + "." + r.APIVersion
+		listNS := ns
+		if clusterScoped(typ) {
+			// A rule's namespace means nothing to a cluster-scoped type.
+			listNS = ""
+		} else if r.Namespace != "" && r.Namespace != ns {
 			return nil, fmt.Errorf("customize hook: namespace %q differs from the parent's (hook version v1)", r.Namespace)
 		}
 		if r.LabelSelector != nil && (len(r.Names) > 0 || r.Namespace != "") {
 			// As Metacontroller's customize manager: the sync fails.
 			return nil, fmt.Errorf("customize hook: %s: related rule cannot have both labelSelector and Namespace/Names", r.Resource)
 		}
-		typ := kind + "." + r.APIVersion
+		types[typ] = true
 		mc.mu.Lock()
 		if mc.relatedTypes == nil {
 			mc.relatedTypes = map[string]bool{}
@@ -83,7 +107,7 @@ func (mc *Metacontroller) related(ctx context.Context, parent Object) (map[strin
 			m = map[string]Object{}
 			related[typ] = m
 		}
-		for _, obj := range mc.api.List(typ, ns) {
+		for _, obj := range mc.api.List(typ, listNS) {
 			name := nestedString(obj, "metadata", "name")
 			var match bool
 			if r.LabelSelector != nil {
@@ -96,5 +120,11 @@ func (mc *Metacontroller) related(ctx context.Context, parent Object) (map[strin
 			}
 		}
 	}
+	mc.mu.Lock()
+	if mc.relatedBy == nil {
+		mc.relatedBy = map[string]map[string]bool{}
+	}
+	mc.relatedBy[parentKey(RefOf(parent))] = types
+	mc.mu.Unlock()
 	return related, nil
 }

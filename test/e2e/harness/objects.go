@@ -24,6 +24,8 @@ const (
 	TypeSecret      = "Secret.v1"
 	TypeNetPolicy   = "NetworkPolicy.networking.k8s.io/v1"
 	TypeConfigMap   = "ConfigMap.v1"
+	// TypeStorageClass is cluster-scoped: its objects have no namespace.
+	TypeStorageClass = "StorageClass.storage.k8s.io/v1"
 
 	// LabelControllerUID is the label Metacontroller's generateSelector puts on children.
 	LabelControllerUID = "controller-uid"
@@ -32,7 +34,11 @@ const (
 	AnnotationLastApplied = "metacontroller.k8s.io/last-applied-configuration"
 )
 
-// Ref names one object in the store.
+// clusterScoped tells the types whose objects live outside namespaces.
+func clusterScoped(typ string) bool { return typ == TypeStorageClass }
+
+// Ref names one object in the store; Namespace is "" for a cluster-scoped
+// type.
 type Ref struct {
 	Type      string // Kind.apiVersion, e.g. TypePod
 	Namespace string

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 )
 
 // The API server validates and re-serialises built-in types. Doing the same
@@ -36,6 +37,8 @@ func typedFor(typ string) any {
 		return &policyv1.PodDisruptionBudget{}
 	case TypeConfigMap:
 		return &corev1.ConfigMap{}
+	case TypeStorageClass:
+		return &storagev1.StorageClass{}
 	}
 	return nil
 }
@@ -107,6 +110,13 @@ func validateCreate(typ string, obj Object) (Object, error) {
 		}
 		if t.Spec.MinAvailable != nil && t.Spec.MaxUnavailable != nil {
 			return nil, invalid("spec: minAvailable and maxUnavailable cannot be both set")
+		}
+	case *storagev1.StorageClass:
+		if err := checkName(dns1123Subdomain, 253, "metadata.name", name); err != nil {
+			return nil, err
+		}
+		if t.Provisioner == "" {
+			return nil, invalid("StorageClass %q is invalid: provisioner: Required value", name)
 		}
 	default:
 		if err := checkName(dns1123Subdomain, 253, "metadata.name", name); err != nil {
@@ -210,10 +220,16 @@ func validateUpdate(typ string, old, obj Object) (Object, error) {
 		if err := json.Unmarshal(mustJSON(old), &before); err != nil {
 			return nil, fmt.Errorf("decode stored pvc: %w", err)
 		}
-		a, b := before.Spec.DeepCopy(), t.Spec.DeepCopy()
-		a.Resources.Requests, b.Resources.Requests = nil, nil
-		if d := cmp.Diff(jsonOf(a), jsonOf(b)); d != "" {
-			return nil, invalid("PersistentVolumeClaim %q: spec is immutable after creation except resources.requests (-old +new):\n%s", t.Name, d)
+		if err := validateClaimUpdate(&before, t); err != nil {
+			return nil, err
+		}
+	case *storagev1.StorageClass:
+		var before storagev1.StorageClass
+		if err := json.Unmarshal(mustJSON(old), &before); err != nil {
+			return nil, fmt.Errorf("decode stored storage class: %w", err)
+		}
+		if err := validateStorageClassUpdate(&before, t); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
