@@ -272,6 +272,16 @@ type ParentStatus struct {
 			OperatorSecret string `json:"operatorSecret"`
 		} `json:"static"`
 	} `json:"TLS"`
+	Storage *struct {
+		Requested string `json:"requested"`
+		Capacity  string `json:"capacity"`
+		Claims    []struct {
+			Name      string `json:"name"`
+			Requested string `json:"requested"`
+			Capacity  string `json:"capacity"`
+			Resizing  string `json:"resizing"`
+		} `json:"claims"`
+	} `json:"storage"`
 	Auth *struct {
 		Enabled bool     `json:"enabled"`
 		Users   []string `json:"users"`
