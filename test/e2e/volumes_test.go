@@ -112,16 +112,10 @@ func allEqual(m map[string]string, v string) bool {
 // request is then refused in a condition, touching nothing: the claims
 // stay, and Metacontroller never sees an answer the API server refuses.
 func TestGrowVolumes(t *testing.T) {
-	s := newFaultScenario(t, harness.Options{ClusterCustomize: true})
-	if err := s.env.CreateStorageClass("growable", harness.StorageClassOptions{AllowVolumeExpansion: true}); err != nil {
-		t.Fatal(err)
-	}
-	s.createSpec("volumes: create, size 3, on claims of 1Gi", map[string]any{"size": 3, "version": faultVersion, "pod": claimSpec("growable", "1Gi")})
+	s := onClaimsOf(t, "volumes", "growable", harness.StorageClassOptions{AllowVolumeExpansion: true}, harness.Options{ClusterCustomize: true})
 	if t.Failed() {
 		return
 	}
-	s.startFaultWriter("volumes")
-	s.waitWrites(writesAround)
 	before := s.world(s.c.PodNames())
 	claims := s.claimUIDs()
 	logged := len(s.loggedActions())
@@ -213,16 +207,11 @@ func TestGrowVolumes(t *testing.T) {
 // a time, each back on its own claim with the same ID, and no write lost.
 func TestGrowVolumesOnMount(t *testing.T) {
 	longTail(t, "growing claims is TestGrowVolumes; restarting members one at a time, TestRolloutSpecChange")
-	s := newFaultScenario(t, harness.Options{ClusterCustomize: true, HookArgs: []string{"--filesystem-resize-grace=3s"}})
-	if err := s.env.CreateStorageClass("offline", harness.StorageClassOptions{AllowVolumeExpansion: true, OfflineExpansion: true}); err != nil {
-		t.Fatal(err)
-	}
-	s.createSpec("volumes on mount: create, size 3, on claims of 1Gi", map[string]any{"size": 3, "version": faultVersion, "pod": claimSpec("offline", "1Gi")})
+	s := onClaimsOf(t, "volumes-on-mount", "offline", harness.StorageClassOptions{AllowVolumeExpansion: true, OfflineExpansion: true},
+		harness.Options{ClusterCustomize: true, HookArgs: []string{"--filesystem-resize-grace=3s"}})
 	if t.Failed() {
 		return
 	}
-	s.startFaultWriter("volumes-on-mount")
-	s.waitWrites(writesAround)
 	before := s.world(s.c.PodNames())
 	claims := s.claimUIDs()
 
@@ -265,6 +254,22 @@ func TestGrowVolumesOnMount(t *testing.T) {
 		s.checkRestartedFromData("volumes on mount", name)
 	}
 	s.verifyWrites(fmt.Sprintf("volumes grown on mount (%d members)", len(after.Pods)))
+}
+
+// onClaimsOf is a cluster of 3 on claims of 1Gi of a class made for it,
+// under a writer.
+func onClaimsOf(t *testing.T, step, class string, sc harness.StorageClassOptions, opts harness.Options) *scenario {
+	t.Helper()
+	s := newFaultScenario(t, opts)
+	if err := s.env.CreateStorageClass(class, sc); err != nil {
+		t.Fatal(err)
+	}
+	s.createSpec(step+": create, size 3, on claims of 1Gi", map[string]any{"size": 3, "version": faultVersion, "pod": claimSpec(class, "1Gi")})
+	if !t.Failed() {
+		s.startFaultWriter(step)
+		s.waitWrites(writesAround)
+	}
+	return s
 }
 
 func mapKeys(m map[string]string) []string {
