@@ -73,14 +73,32 @@
 //     manifests/metacontroller/compositecontroller.yaml: a claim's larger
 //     request is merged into the live claim), a sync and a finalize hook.
 //     Requests have the shape of the captured ones in
-//     shared/metacontroller/captured. Only an
+//     shared/metacontroller/captured. Children are claimed as Metacontroller
+//     v4.17.2 claims them with generateSelector (metacontroller_claim.go):
+//     an object of a child type in the parent's namespace whose (first)
+//     controller ownerReference is the parent is a child if it carries the
+//     label controller-uid=<parent uid>, and is released otherwise (the
+//     parent's ownerReferences removed by an update, unless the parent is
+//     being deleted); an orphan (no controller ownerReference) with that
+//     label is adopted (a controller ownerReference with blockOwnerDeletion
+//     added, after a fresh read shows the parent still there and not being
+//     deleted) and shown to the hook as it was read, before the adoption,
+//     so that an InPlace update of it in that sync is the conflict
+//     Metacontroller logs and skips; objects another owner controls are
+//     ignored. A failed release or adoption fails the sync before the hook
+//     is called. An orphan's change syncs the parents its label selects.
+//     Children the emulator creates carry the label, so they are always
+//     kept; the CoreOS operator's objects (coreos.go) carry none. Only an
 //     HTTP 200 applies anything; otherwise the parent is retried with an
 //     exponential backoff (5 ms doubling, capped at 2 s here instead of
 //     1000 s); a 429 with Retry-After waits without counting as an error.
 //     On a 200: children of declared types missing from the answer are
 //     deleted, the others created or updated by Metacontroller's three-way
 //     merge (last-applied annotation), per update strategy (InPlace, Recreate,
-//     OnDelete which is Metacontroller's default); .status is replaced and
+//     OnDelete which is Metacontroller's default); a create the API server
+//     answers AlreadyExists (the name taken by an object the parent did not
+//     claim) is logged and skipped, not an error, as in Metacontroller's
+//     DynamicApply (Metrics.ChildCreatesExisting); .status is replaced and
 //     observedGeneration injected; resyncAfterSeconds schedules the next sync.
 //     Any event on the parent (its own status update too) or on a child
 //     triggers a sync, one at a time per parent, at most 5 parents at once.
@@ -122,11 +140,27 @@
 //     run) and each container becomes a process of bin/etcd-v<tag> (see
 //     podspec.go for the translation of image, command, $(VAR), volume paths
 //     and listen URLs). restartPolicy, restart backoff, restartCount, the
-//     readiness, liveness and startup probes (httpGet, tcpSocket), in-place
+//     readiness, liveness and startup probes (httpGet, tcpSocket, and the
+//     exec probe `sh -c "[VAR=v] etcdctl [flags] endpoint status"` of the
+//     CoreOS operator: probes_exec.go), in-place
 //     image changes (the container restarts on the new binary with the same
 //     volumes) and graceful deletion (SIGTERM, SIGKILL after the grace period)
 //     behave as on a node. An image tag without a binary is an image that
 //     cannot be pulled: the Pod stays Pending in ErrImagePull/ImagePullBackOff.
+//     An exec probe runs the image's etcdctl as a process of the container
+//     (its env, volumes, writable layer and Pod group) within the probe's
+//     timeout, exit code 0 a success, its output the failure message;
+//     endpoints on the Pod's loopback (etcdctl's default 127.0.0.1:2379,
+//     localhost) reach what the Pod serves there, through a forwarder on
+//     the host's 127.0.0.1 to the Pod's private loopback address or its IP,
+//     the URL's scheme and host unchanged for TLS. A busybox image runs only
+//     the CoreOS operator's check-dns init container (checkdns.go): its
+//     script, recognised by its text (v0.8.0 to v0.9.4), becomes a process
+//     of the test binary (Main runs it) that looks the name up through the
+//     sandbox's resolver every second (two before v0.9.3) until it
+//     resolves, exit 0, or, with TIMEOUT_READY=N > 0, prints "Timed out
+//     waiting for DNS entry" after N failed lookups and exits 1; like a
+//     shell that is a container's PID 1 it ignores SIGTERM.
 //     A terminated container's message is read as the kubelet reads it, for
 //     it is how a run reports (the agents write their result there): the
 //     last 4096 bytes of the file behind terminationMessagePath, whatever
@@ -149,7 +183,9 @@
 //     KillContainer (kill -9), Pause/Resume (SIGSTOP/SIGCONT), Signal, and
 //     Partition/Heal (partition.go): with KubeletConfig.PodGroups each Pod
 //     runs under a group of its own, and nftables drops what the Pod sends
-//     and what is sent to it, in a table that dies with the test binary.
+//     and what is sent to it, in a table that dies with the test binary;
+//     its own loopback traffic too, so a partitioned Pod's exec probes fail
+//     where on a node, inside the Pod, they would not.
 //   - DNSServer (dns.go): the cluster DNS, hand-written on
 //     golang.org/x/net/dns/dnsmessage. <hostname>.<subdomain>.<ns>.svc and
 //     <service>.<ns>.svc (with or without .cluster.local) get A records from
@@ -177,6 +213,24 @@
 //     at Close. The processes are internal/testenv's: each logs to a file,
 //     runs in a process group of its own with Pdeathsig=SIGKILL as a safety
 //     net, and is stopped by SIGTERM, then SIGKILL to its group.
+//
+// # The CoreOS etcd-operator's clusters
+//
+// coreos.go renders the objects the CoreOS etcd-operator v0.9.4 created for
+// a cluster without TLS, as it rendered them: CoreOSServices (<cluster>-client
+// and the headless <cluster>), CoreOSMemberPod (check-dns, the etcd command
+// with --initial-cluster-state new or existing, the exec probes,
+// restartPolicy Never, an emptyDir or a claim named after the member) and
+// CoreOSMemberClaim, with the owner reference of CoreOSOwnerRef (controller,
+// no blockOwnerDeletion) and no controller-uid label, plus the names and
+// URLs (CoreOSMemberName, CoreOSMemberAddr, CoreOSPeerURL, CoreOSClientURL,
+// CoreOSPeerURLPair). The operator made a cluster of a seed Pod with state
+// new, then for each further member an etcd MemberAdd of its peer URL
+// followed by its Pod with state existing listing every member. Its
+// Services carry service.alpha.kubernetes.io/tolerate-unready-endpoints,
+// which no Kubernetes since 1.24 reads: with Options.StrictDNS a member's
+// name resolves only once Ready, so check-dns waits forever unless the
+// headless Service has publishNotReadyAddresses, as on such a cluster.
 //
 // # Using it
 //
@@ -232,11 +286,13 @@
 // kubelet's online expansion of a mounted volume, which takes up to its
 // volume manager's resync on a node, happens when the driver is done, so
 // that an online class's claim in use by a running Pod is never seen
-// FileSystemResizePending; one no Pod uses grows without a node. Exec
-// and gRPC probes, envFrom, configMap/hostPath volumes and commands other
-// than etcd, etcdctl, etcdutl and this project's etcd-hook (in its image, or
-// copied into a volume) are not supported and show up as Pod events and
-// container errors.
+// FileSystemResizePending; one no Pod uses grows without a node. gRPC
+// probes, exec probes other than etcdctl's endpoint status, envFrom,
+// configMap/hostPath volumes, commands other than etcd, etcdctl, etcdutl
+// and this project's etcd-hook (in its image, or copied into a volume), and
+// busybox scripts other than check-dns are not supported and show up as
+// Pod events and container errors (a failing probe, a
+// CreateContainerConfigError).
 //
 // # Imports
 //

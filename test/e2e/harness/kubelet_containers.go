@@ -3,6 +3,7 @@ package harness
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -145,8 +146,9 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c *ctrState) {
 	termLog := w.termLog(c.name)
 	_ = os.Remove(termLog)
 	subPaths := w.secretSubPaths(c)
-	plan, err := planContainer(podContext{pod: pod, ip: w.ip, lo: w.lo, binDir: w.k.cfg.BinDir, volumes: w.volumes, subPaths: subPaths,
-		home: w.dir, rootfs: rootfs, termLog: termLog}, &c.spec)
+	pc := podContext{pod: pod, ip: w.ip, lo: w.lo, binDir: w.k.cfg.BinDir, volumes: w.volumes, subPaths: subPaths,
+		home: w.dir, rootfs: rootfs, termLog: termLog}
+	plan, err := planContainer(pc, &c.spec)
 	switch {
 	case errors.Is(err, errImagePull):
 		c.pullFailures++
@@ -190,7 +192,10 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c *ctrState) {
 		c.lastTerm, c.term = c.term, nil
 	}
 	c.waiting, c.pullFailures, c.reported = nil, 0, ""
-	c.image, c.startedAt = c.spec.Image, now
+	// The probes' copy: refreshSecrets may add to w.volumes meanwhile, and
+	// an exec sees the mounts the container started with.
+	pc.volumes = maps.Clone(pc.volumes)
+	c.image, c.startedAt, c.pc = c.spec.Image, now, pc
 	c.run = w.k.addRun(ContainerRun{Namespace: pod.Namespace, Pod: pod.Name, PodUID: w.uid, Container: c.name,
 		Instance: c.instance, Pid: p.Pid, Image: c.image, Started: now})
 	w.setProc(c, p)

@@ -76,6 +76,9 @@ type ctrState struct {
 
 	probes       *probeState
 	cancelProbes context.CancelFunc
+	// pc is how the running instance was set up (its writable layer,
+	// volumes and IPs): an exec probe runs in it.
+	pc podContext
 }
 
 func (w *podWorker) poke() {

@@ -379,7 +379,9 @@ func (mc *Metacontroller) DropStatusWrites(namespace, name string, drop bool) {
 
 // HideChildren makes every later request of the parent show no child at
 // all, until called with false: what an informer cache that has not caught
-// up shows. Creating a child that exists then fails, as it would.
+// up shows. Nothing is claimed meanwhile, and creating a child that exists
+// is answered AlreadyExists, which Metacontroller logs and skips
+// (Metrics.ChildCreatesExisting).
 func (mc *Metacontroller) HideChildren(namespace, name string, hide bool) {
 	mc.mu.Lock()
 	defer mc.mu.Unlock()

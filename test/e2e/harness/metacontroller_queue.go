@@ -45,6 +45,17 @@ func (mc *Metacontroller) onEvent(ev Event) {
 	if _, ok := mc.types[ev.Ref.Type]; !ok {
 		return
 	}
+	if _, controlled := controllerRef(ev.Object); !controlled {
+		// An orphan: the parents whose selector it matches may adopt it,
+		// unless it is gone or going (Metacontroller's onChildAdd and
+		// onChildDelete).
+		if ev.Type != Deleted && !isTerminating(ev.Object) {
+			for _, ref := range mc.parentsSelecting(ev.Object, ev.Ref.Namespace) {
+				mc.enqueue(ref)
+			}
+		}
+		return
+	}
 	refs, _ := nested(ev.Object, "metadata", "ownerReferences")
 	list, _ := refs.([]any)
 	for _, r := range list {

@@ -12,14 +12,22 @@ import (
 
 // Metrics counts what happened to one parent (or all of them).
 type Metrics struct {
-	Syncs         int // /sync calls made
-	Finalizes     int // /finalize calls made
-	HookErrors    int // calls that applied nothing: transport error, timeout, non-200, bad JSON, invalid answer
-	ApplyErrors   int // child operations the API server refused, after a 200
-	ChildCreates  int
-	ChildUpdates  int
-	ChildDeletes  int
-	StatusUpdates int
+	Syncs        int // /sync calls made
+	Finalizes    int // /finalize calls made
+	HookErrors   int // calls that applied nothing: transport error, timeout, non-200, bad JSON, invalid answer
+	ApplyErrors  int // child operations the API server refused, after a 200
+	ChildCreates int
+	ChildUpdates int
+	ChildDeletes int
+	// ChildCreatesExisting counts creates the API server answered with
+	// AlreadyExists, which Metacontroller logs and skips.
+	ChildCreatesExisting int
+	// ChildAdoptions and ChildReleases count the ownerReferences added to
+	// orphans that match the parent's selector and removed from objects it
+	// controls that do not (metacontroller_claim.go).
+	ChildAdoptions int
+	ChildReleases  int
+	StatusUpdates  int
 	// StatusDropped counts status writes skipped by DropStatusWrites.
 	StatusDropped int
 }
@@ -32,6 +40,9 @@ func (m *Metrics) add(o Metrics) {
 	m.ChildCreates += o.ChildCreates
 	m.ChildUpdates += o.ChildUpdates
 	m.ChildDeletes += o.ChildDeletes
+	m.ChildCreatesExisting += o.ChildCreatesExisting
+	m.ChildAdoptions += o.ChildAdoptions
+	m.ChildReleases += o.ChildReleases
 	m.StatusUpdates += o.StatusUpdates
 	m.StatusDropped += o.StatusDropped
 }

@@ -51,7 +51,10 @@ func (mc *Metacontroller) syncParent(ctx context.Context, w *parentWorker) error
 		parent = p
 	}
 	uid := nestedString(parent, "metadata", "uid")
-	observed := mc.observedChildren(parent)
+	observed, adopted, err := mc.claimChildren(parent, true)
+	if err != nil {
+		return err
+	}
 	related := map[string]map[string]Object{}
 	if mc.cfg.CustomizeURL != "" {
 		var err error
@@ -94,7 +97,7 @@ func (mc *Metacontroller) syncParent(ctx context.Context, w *parentWorker) error
 		mc.count(key, func(m *Metrics) { m.HookErrors++ })
 		return err
 	}
-	manageErr := mc.manageChildren(key, parent, observed, desired)
+	manageErr := mc.manageChildren(key, parent, observed, adopted, desired)
 	mc.mu.Lock()
 	drop := mc.dropStatus[key]
 	mc.mu.Unlock()
@@ -184,31 +187,6 @@ func (mc *Metacontroller) call(ctx context.Context, key, url string, body []byte
 	return &out, nil
 }
 
-// observedChildren builds the request's children map: every declared type,
-// even when empty, then name -> object for the children this parent controls.
-func (mc *Metacontroller) observedChildren(parent Object) map[string]map[string]Object {
-	uid := nestedString(parent, "metadata", "uid")
-	ns := nestedString(parent, "metadata", "namespace")
-	mc.mu.Lock()
-	hidden := mc.hideChildren[ns+"/"+nestedString(parent, "metadata", "name")]
-	mc.mu.Unlock()
-	out := map[string]map[string]Object{}
-	for _, t := range mc.cfg.ChildTypes {
-		m := map[string]Object{}
-		if hidden {
-			out[t.Key()] = m
-			continue
-		}
-		for _, obj := range mc.api.List(t.Key(), ns) {
-			if controllerOwnerUID(obj) == uid {
-				m[nestedString(obj, "metadata", "name")] = obj
-			}
-		}
-		out[t.Key()] = m
-	}
-	return out
-}
-
 // desiredChildren validates the hook's children and adds what Metacontroller
 // adds: the namespace, the controller-uid label and the last-applied
 // annotation. Any invalid child fails the whole answer: nothing is applied.
@@ -258,8 +236,14 @@ func (mc *Metacontroller) desiredChildren(parent Object, children []map[string]a
 
 // manageChildren deletes the observed children the hook left out, then
 // creates or updates the desired ones. Failures are recorded and returned
-// together; the other children are still applied.
-func (mc *Metacontroller) manageChildren(key string, parent Object, observed, desired map[string]map[string]Object) error {
+// together; the other children are still applied. As Metacontroller's
+// DynamicApply, a create whose name is taken (AlreadyExists: an object
+// this parent does not claim, or one the request did not show) is logged
+// and skipped, and an InPlace update of a child adopted by this sync
+// (adopted), whose observed copy predates the adoption, is a conflict,
+// logged and skipped too.
+func (mc *Metacontroller) manageChildren(key string, parent Object, observed map[string]map[string]Object, adopted map[Ref]bool,
+	desired map[string]map[string]Object) error {
 	var errs []error
 	uid := nestedString(parent, "metadata", "uid")
 	for _, t := range mc.cfg.ChildTypes {
@@ -285,12 +269,6 @@ func (mc *Metacontroller) manageChildren(key string, parent Object, observed, de
 			ref := RefOf(want)
 			cur, exists := observed[typ][name]
 			if !exists {
-				if _, taken := mc.api.Get(ref); taken {
-					err := fmt.Errorf("%s already exists and is not controlled by this parent: %w", ref, ErrAlreadyExists)
-					mc.applyError(key, ref, "create", err)
-					errs = append(errs, err)
-					continue
-				}
 				obj := copyObject(want)
 				md := ensureMap(obj, "metadata")
 				owners, _ := md["ownerReferences"].([]any)
@@ -299,7 +277,11 @@ func (mc *Metacontroller) manageChildren(key string, parent Object, observed, de
 					"name": nestedString(parent, "metadata", "name"), "uid": uid,
 					"controller": true, "blockOwnerDeletion": true,
 				})
-				if _, err := mc.api.Create(obj); err != nil {
+				if _, err := mc.api.Create(obj); errors.Is(err, ErrAlreadyExists) {
+					mc.cfg.Logf("metacontroller: %s: failed to create child, child object already exists: %s", key, ref)
+					mc.count(key, func(m *Metrics) { m.ChildCreatesExisting++ })
+					continue
+				} else if err != nil {
 					mc.applyError(key, ref, "create", err)
 					errs = append(errs, err)
 					continue
@@ -320,6 +302,10 @@ func (mc *Metacontroller) manageChildren(key string, parent Object, observed, de
 			}
 			switch t.UpdateMethod {
 			case "InPlace":
+				if adopted[ref] {
+					mc.cfg.Logf("metacontroller: %s: failed to update child due to outdated resourceVersion: %s (adopted by this sync)", key, ref)
+					continue
+				}
 				_, changed, err := mc.api.Update(merged)
 				if err != nil {
 					mc.applyError(key, ref, "update", err)

@@ -34,10 +34,16 @@ var sandbox struct {
 }
 
 // Main is to be called from TestMain. It re-executes the test binary inside
-// the sandbox and exits with its status. Where the sandbox cannot be had (not
+// the sandbox and exits with its status; started by the kubelet as a CoreOS
+// check-dns container, it runs that instead (checkdns.go). Where the sandbox cannot be had (not
 // root, no mount namespaces) it runs the tests in place, and every test that
 // calls Require is skipped, or fails when CI=true.
 func Main(m *testing.M) {
+	// The kubelet runs the CoreOS check-dns init container as this binary
+	// (checkdns.go), inside the sandbox already.
+	if code, ok := checkDNSMain(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	if os.Getenv(sandboxEnv) == "1" {
 		os.Exit(runInSandbox(m))
 	}

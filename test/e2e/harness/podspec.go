@@ -19,6 +19,8 @@ import (
 // binary built by `make etcd-bins`, and the parts of the container spec that
 // depend on the Pod's own filesystem and network are translated:
 //
+//   - a busybox image runs the CoreOS etcd-operator's check-dns script,
+//     emulated (checkdns.go), and nothing else;
 //   - image <repo>/etcd:v3.6.16 -> bin/etcd-v3.6.16 (tag "3.6.16" or the
 //     registry.k8s.io form "3.6.16-0" work too); a tag without a binary is an
 //     image that cannot be pulled (ErrImagePull, then ImagePullBackOff);
@@ -114,6 +116,9 @@ func hookImage(image string) bool {
 // planContainer translates one container. Errors wrap errImagePull or
 // errContainerConfig.
 func planContainer(pc podContext, c *corev1.Container) (*launch, error) {
+	if busyboxImage(c.Image) {
+		return planBusybox(pc, c)
+	}
 	var ver, etcdBin string
 	if hookImage(c.Image) {
 		etcdBin = filepath.Join(pc.binDir, "etcd-hook")

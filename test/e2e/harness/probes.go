@@ -58,13 +58,13 @@ func (w *podWorker) startProbes(pod *corev1.Pod, c *ctrState) {
 	ctx, cancel := context.WithCancel(w.k.ctx)
 	ps := &probeState{ready: c.spec.ReadinessProbe == nil, started: c.spec.StartupProbe == nil}
 	c.probes, c.cancelProbes = ps, cancel
-	spec := c.spec
+	spec, pc := c.spec, c.pc
 	for _, pr := range []struct {
 		kind  string
 		probe *corev1.Probe
 	}{{"startup", spec.StartupProbe}, {"readiness", spec.ReadinessProbe}, {"liveness", spec.LivenessProbe}} {
 		if pr.probe != nil {
-			go w.runProbe(ctx, pr.kind, pr.probe, &spec, ps)
+			go w.runProbe(ctx, pr.kind, pr.probe, &spec, pc, ps)
 		}
 	}
 }
@@ -89,7 +89,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // runProbe drives one probe until the container instance ends (ctx).
-func (w *podWorker) runProbe(ctx context.Context, kind string, probe *corev1.Probe, c *corev1.Container, ps *probeState) {
+func (w *podWorker) runProbe(ctx context.Context, kind string, probe *corev1.Probe, c *corev1.Container, pc podContext, ps *probeState) {
 	period := w.capped(probe.PeriodSeconds, 10*time.Second, w.k.cfg.ProbePeriodMax)
 	delay := w.capped(probe.InitialDelaySeconds, 0, w.k.cfg.ProbeInitialDelayMax)
 	timeout := w.capped(probe.TimeoutSeconds, time.Second, 5*time.Second)
@@ -112,7 +112,7 @@ func (w *podWorker) runProbe(ctx context.Context, kind string, probe *corev1.Pro
 			}
 			continue
 		}
-		ok, msg := w.probeOnce(ctx, probe, c, timeout)
+		ok, msg := w.probeOnce(ctx, kind, probe, c, pc, timeout)
 		if ctx.Err() != nil {
 			return
 		}
@@ -175,9 +175,10 @@ func probePort(p intstr.IntOrString, c *corev1.Container) (int, error) {
 	return 0, fmt.Errorf("port %q not found in the container's ports", p.StrVal)
 }
 
-// probeOnce runs one probe against the Pod IP, as the kubelet does from the
-// node. HTTPS is not verified, as in Kubernetes.
-func (w *podWorker) probeOnce(ctx context.Context, probe *corev1.Probe, c *corev1.Container, timeout time.Duration) (bool, string) {
+// probeOnce runs one probe: httpGet and tcpSocket against the Pod IP, as the
+// kubelet does from the node (HTTPS is not verified, as in Kubernetes);
+// exec in the container (probes_exec.go).
+func (w *podWorker) probeOnce(ctx context.Context, kind string, probe *corev1.Probe, c *corev1.Container, pc podContext, timeout time.Duration) (bool, string) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	switch {
@@ -241,7 +242,7 @@ func (w *podWorker) probeOnce(ctx context.Context, probe *corev1.Probe, c *corev
 		conn.Close()
 		return true, ""
 	case probe.Exec != nil:
-		return false, "exec probes are not supported by the harness"
+		return w.execProbe(ctx, kind, probe.Exec.Command, c, pc)
 	case probe.GRPC != nil:
 		return false, "gRPC probes are not supported by the harness"
 	}
