@@ -442,7 +442,8 @@ func (s *scenario) cacheShowsNothing() {
 		t.Errorf("%s: Pods (name → UID) changed (-before +after):\n%s", fault, d)
 	}
 	// Creating the Services, the PDB and the fence it could not see
-	// fails, as in Metacontroller; those are the only errors expected.
+	// finds them existing, which Metacontroller logs and skips (counted
+	// in ChildCreatesExisting); any error here can only be of those.
 	for _, e := range s.env.MC.TakeApplyErrors() {
 		if e.Op != "create" || (e.Child.Type != harness.TypeService && e.Child.Type != harness.TypePDB && e.Child.Type != harness.TypeNetPolicy) {
 			t.Errorf("%s: unexpected apply error: %v", fault, e)
