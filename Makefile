@@ -198,17 +198,15 @@ bench: build etcd-bins $(VERSITYGW) ## measure the hook against its floor (BENCH
 		$(GO) test ./test/bench -run '^Test(HookCost|UnreachableIsolation|BackupCost|ArchiveRPO)Report$$' -count=1 -v -timeout 25m
 	$(GO) test ./test/bench ./plan/etcdcluster -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -count=1
 	BENCH_REPORT=1 $(GO) test ./etcdclient -run '^TestConnectionCostReport$$' -count=1 -v
-	BENCH_REPORT=1 BENCH_SCALE_FILE=$(BIN_DIR)/scale.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 20m
+	BENCH_REPORT=1 $(BENCH_SCALE_1000) BENCH_SCALE_FILE=$(BIN_DIR)/scale-1000.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 30m
 	ETCDHOOK_E2E_REPORT=$(BIN_DIR)/convergence.md $(GO) test ./test/e2e/ -count=1 -timeout 15m -skip '^(TestRolloutSpecChange|TestNoClientReachesALearner|TestClusterOfAnEarlierReleaseIsAdopted)'
 	BENCH_REPORT=1 BENCH_RESTORE_FILE=$(BIN_DIR)/restore.md $(GO) test ./test/e2e/ -run '^TestRestoreBenchReport$$' -count=1 -v -timeout 15m
 	$(MAKE) --no-print-directory bench-rollout
-	@echo "tables: $(BIN_DIR)/hook-cost.md $(BIN_DIR)/isolation.md $(BIN_DIR)/backup.md $(BIN_DIR)/scale.md $(BIN_DIR)/convergence.md $(BIN_DIR)/restore.md $(BIN_DIR)/rollout.md"
+	@echo "tables: $(BIN_DIR)/hook-cost.md $(BIN_DIR)/isolation.md $(BIN_DIR)/backup.md $(BIN_DIR)/scale-1000.md $(BIN_DIR)/convergence.md $(BIN_DIR)/restore.md $(BIN_DIR)/rollout.md (the 10,000-cluster run: make bench-scale)"
 
 bench-quick: build etcd-bins ## a short hook-cost run, plain and TLS members, for CI-sized checks (about 2 minutes)
 	BENCH_REPORT=1 BENCH_SAMPLES=300 BENCH_WINDOW_MS=500 $(GO) test ./test/bench -run '^TestHookCostReport$$' -count=1 -v -timeout 5m
 
-# The scale benchmark: one hook process serving 1000 clusters,
-# 5 of them unreachable; the healthy ones' etcd is simulated in the test.
 # The backup agent against etcdctl snapshot save plus one upload, at two
 # database sizes (bin/backup.md).
 .PHONY: bench-backup
@@ -234,13 +232,44 @@ bench-rollout: build etcd-bins ## rolling spec changes of 3 and 5 members agains
 	rm -f $(BIN_DIR)/rollout.md
 	BENCH_REPORT=1 BENCH_ROLLOUT_FILE=$(BIN_DIR)/rollout.md $(GO) test ./test/e2e/ -run '^TestRolloutSpecChange' -count=1 -v -timeout 15m
 
+# The scale benchmark (test/bench/scale_test.go): the hook binary serving a
+# fleet of 3-member clusters whose etcd is simulated in the test process,
+# synced round-robin at a steady rate by BENCH_SCALE_WORKERS workers, as
+# Metacontroller does. The defaults are the fleet-scale issue's: 10,000
+# clusters, every 2nd with spec.TLS, 20 unreachable ones spread through the
+# round-robin, a resync of every cluster each minute (BENCH_SCALE_RATE
+# empty: clusters/60 syncs per second), 16 workers (Metacontroller's default
+# is 5: BENCH_SCALE_WORKERS=5), 1 round per phase, then 2 replicas.
+# Any of them can be set on the command line, e.g.
+#   make bench-scale BENCH_SCALE_CLUSTERS=1000 BENCH_SCALE_WORKERS=5
+BENCH_SCALE_CLUSTERS ?= 10000
+BENCH_SCALE_WORKERS ?= 16
+BENCH_SCALE_UNREACHABLE ?= 20
+BENCH_SCALE_TLS_EVERY ?= 2
+BENCH_SCALE_RATE ?=
+BENCH_SCALE_ROUNDS ?= 1
+BENCH_SCALE_REPLICAS ?= 2
+BENCH_SCALE_TIMEOUT ?= 90m
+# The 1000-cluster run of BENCHMARKS.md's "1000 clusters on one hook": 5
+# workers, 5 unreachable, 50 syncs/s, 2 rounds, a plain fleet, then a second
+# hook process with half of its clusters TLS; no replicas.
+BENCH_SCALE_1000 := BENCH_SCALE_CLUSTERS=1000 BENCH_SCALE_WORKERS=5 BENCH_SCALE_UNREACHABLE=5 BENCH_SCALE_RATE=50 \
+	BENCH_SCALE_TLS_EVERY=0 BENCH_SCALE_COMPARE_TLS_EVERY=2 BENCH_SCALE_ROUNDS=2 BENCH_SCALE_REPLICAS=1
+
 .PHONY: bench-scale
-bench-scale: build ## one hook, 1000 clusters, 5 unreachable; then 1000 with half TLS: RSS and latency (bin/scale.md)
-	BENCH_REPORT=1 BENCH_SCALE_FILE=$(BIN_DIR)/scale.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 20m
+bench-scale: build ## 10,000 clusters (half TLS, 20 unreachable, resync 60 s, 16 workers), then 2 replicas: targets, RSS, p99, CPU, dials, sizing (bin/scale.md; BENCH_SCALE_* to change, see Makefile)
+	BENCH_REPORT=1 BENCH_SCALE_CLUSTERS=$(BENCH_SCALE_CLUSTERS) BENCH_SCALE_WORKERS=$(BENCH_SCALE_WORKERS) \
+		BENCH_SCALE_UNREACHABLE=$(BENCH_SCALE_UNREACHABLE) BENCH_SCALE_TLS_EVERY=$(BENCH_SCALE_TLS_EVERY) \
+		BENCH_SCALE_RATE=$(BENCH_SCALE_RATE) BENCH_SCALE_ROUNDS=$(BENCH_SCALE_ROUNDS) BENCH_SCALE_REPLICAS=$(BENCH_SCALE_REPLICAS) \
+		BENCH_SCALE_FILE=$(BIN_DIR)/scale.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout $(BENCH_SCALE_TIMEOUT)
+
+.PHONY: bench-scale-1000
+bench-scale-1000: build ## the 1000-cluster run of BENCHMARKS.md: 5 workers, 5 unreachable, 50/s, then a half-TLS hook (bin/scale-1000.md)
+	BENCH_REPORT=1 $(BENCH_SCALE_1000) BENCH_SCALE_FILE=$(BIN_DIR)/scale-1000.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 30m
 
 .PHONY: bench-scale-auto-tls
-bench-scale-auto-tls: build ## bench-scale with the TLS clusters on the hook's own certificates (spec.TLS.auto; bin/scale-auto-tls.md)
-	BENCH_REPORT=1 BENCH_SCALE_TLS=auto BENCH_SCALE_FILE=$(BIN_DIR)/scale-auto-tls.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 20m
+bench-scale-auto-tls: build ## bench-scale-1000 with the TLS clusters on the hook's own certificates (spec.TLS.auto; bin/scale-auto-tls.md)
+	BENCH_REPORT=1 $(BENCH_SCALE_1000) BENCH_SCALE_TLS=auto BENCH_SCALE_FILE=$(BIN_DIR)/scale-auto-tls.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout 30m
 
 manifests: $(CONTROLLER_GEN) ## regenerate the CRD under manifests/crd from api/ (and its copy in the Helm chart)
 	$(CONTROLLER_GEN) crd paths=$(CRD_PATHS) output:crd:artifacts:config=$(CRD_DIR)

@@ -84,7 +84,6 @@ func requestedIn(t *testing.T, d Decision) map[string]string {
 }
 
 func TestGrowVolumes(t *testing.T) {
-	const reqs = "1Gi"
 	tests := []struct {
 		name   string
 		reason string

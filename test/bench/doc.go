@@ -14,8 +14,25 @@
 // its Pods are rendered by the planner (tls.go). The first sync on new
 // connections, when every member is dialed (and, for TLS, a handshake made
 // with each), is timed against a steady one in the same run (dials_test.go).
-// The scale report runs a second hook process whose fleet has TLS clusters
-// among the plain ones, served by etcdSim over TLS.
+// The scale report (TestScaleReport, make bench-scale) runs the hook binary
+// against a fleet whose etcd is simulated in the test process (etcdSim, one
+// gRPC server telling thousands of members apart by the authority they are
+// dialed at; TLS members over TLS with client-certificate auth), the member
+// names resolved by the e2e harness's DNS, and a client that plays
+// Metacontroller: syncs due round-robin at a steady rate, taken by a fixed
+// number of workers, latency counted from due to done. Its shape comes from
+// BENCH_SCALE_CLUSTERS, _WORKERS, _UNREACHABLE, _TLS_EVERY, _RATE, _ROUNDS,
+// _REPLICAS and _COMPARE_TLS_EVERY (scaleShapeFromEnv); the defaults are
+// the fleet-scale issue's: 10,000 clusters of 3 members, half of them TLS,
+// 20 unreachable, a resync a minute, 16 workers, then 2 replicas. Its
+// phases: the healthy clusters alone, the unreachable ones interleaved, a
+// few clusters whose endpoints fit the connections the hook keeps (the
+// cost of dials), the hook's decode, plan and encode in this process (no
+// network), and the replicas, each request to one at random. Each phase
+// reads the hooks' and this process's CPU from /proc, and the machine's,
+// so that the report says when the simulated side, not the hook, is the
+// limit; the report sets every figure against the targets and
+// works out what limits ten times the fleet (scale_report_test.go).
 //
 // It imports the packages it measures (hooks, reconcile, the planners,
 // etcdclient, agent) and the test helpers (internal/testenv, etcdtest,

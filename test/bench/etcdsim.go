@@ -121,15 +121,15 @@ func simID(name string) uint64 {
 	return binary.BigEndian.Uint64(sum[:8]) | 1
 }
 
-// serve answers on l until stop, over plain HTTP/2.
-func (s *etcdSim) serve(l net.Listener) { s.serveWith(l) }
+// serve answers on every listener until stop, over plain HTTP/2.
+func (s *etcdSim) serve(ls ...net.Listener) { s.serveWith(ls) }
 
-// serveTLS answers on l until stop over TLS, as members with spec.TLS do:
-// each cluster's members with its own server certificate, chosen by the
-// member name the hook dials (SNI), and only to a client certificate its
-// CA signed.
-func (s *etcdSim) serveTLS(l net.Listener) {
-	s.serveWith(l, grpc.Creds(credentials.NewTLS(&tls.Config{
+// serveTLS answers on every listener until stop over TLS, as members with
+// spec.TLS do: each cluster's members with its own server certificate,
+// chosen by the member name the hook dials (SNI), and only to a client
+// certificate its CA signed.
+func (s *etcdSim) serveTLS(ls ...net.Listener) {
+	s.serveWith(ls, grpc.Creds(credentials.NewTLS(&tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			// <pod>.<cluster>.<namespace>.svc
@@ -143,7 +143,7 @@ func (s *etcdSim) serveTLS(l net.Listener) {
 	})))
 }
 
-func (s *etcdSim) serveWith(l net.Listener, opts ...grpc.ServerOption) {
+func (s *etcdSim) serveWith(ls []net.Listener, opts ...grpc.ServerOption) {
 	s.server = grpc.NewServer(append(opts,
 		grpc.ChainUnaryInterceptor(s.recordUnexpectedUnary),
 		// Every streaming call is unexpected. This interceptor also sees
@@ -159,7 +159,9 @@ func (s *etcdSim) serveWith(l net.Listener, opts ...grpc.ServerOption) {
 	)...)
 	pb.RegisterClusterServer(s.server, s)
 	pb.RegisterMaintenanceServer(s.server, s)
-	go func() { _ = s.server.Serve(countingListener{l, &s.accepted}) }()
+	for _, l := range ls {
+		go func() { _ = s.server.Serve(countingListener{l, &s.accepted}) }()
+	}
 }
 
 func (s *etcdSim) stop() { s.server.Stop() }

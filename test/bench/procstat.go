@@ -70,6 +70,35 @@ func readProcCPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
+// readMachineCPU is the CPU time every core of the machine has spent on
+// anything but idling (user, nice, system, irq, softirq, steal), from the
+// first line of /proc/stat, in the same clock ticks: what all processes
+// used together.
+func readMachineCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: %.100q", line)
+	}
+	var ticks int64
+	for i, f := range fields[1:9] {
+		// user nice system idle iowait irq softirq steal
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
 // scrapeMetrics reads the named unlabelled samples from a Prometheus
 // text exposition; the names it does not find are left out.
 func scrapeMetrics(client *http.Client, url string, names ...string) (map[string]float64, error) {

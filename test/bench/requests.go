@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
@@ -18,8 +19,11 @@ import (
 // capturedPod is a Pod exactly as the API server sent it to Metacontroller
 // and Metacontroller to the hook: managedFields, defaults, token volume.
 // Steady-state requests are built from it so that they weigh what real
-// ones weigh.
-func capturedPod() (map[string]any, error) {
+// ones weigh. It is read once: callers copy it (deepCopy) before changing
+// it, and the scale benchmark builds tens of thousands of requests.
+var capturedPod = sync.OnceValues(readCapturedPod)
+
+func readCapturedPod() (map[string]any, error) {
 	root, err := testenv.FindModuleRoot()
 	if err != nil {
 		return nil, err

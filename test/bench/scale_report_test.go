@@ -2,8 +2,16 @@ package bench
 
 import (
 	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/etcdhook/etcd-hook/etcdclient"
+	"github.com/etcdhook/etcd-hook/hooks"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 )
 
 // The hook's own metrics the report shows, from its Go collector.
@@ -15,35 +23,640 @@ const (
 	metricNextGC = "go_memstats_next_gc_bytes"
 )
 
-// scaleReport renders the scale benchmark's tables: latency and the hook's
-// memory by phase, then what etcd served per healthy sync.
-func scaleReport(warm simCounts, warmSyncs int, alone, mixed phaseResult) string {
+// The fleet-scale issue's targets, for 10,000 clusters of 3 members (half
+// TLS) resynced every minute by 16 workers. Runs of another shape are set
+// against them too, for reference.
+const (
+	targetRSS = 256 << 20
+	// targetP99 is the healthy clusters' sync p99, due to done.
+	targetP99 = 50 * time.Millisecond
+	// targetUnreachableRatio bounds a healthy p99 with the unreachable
+	// clusters interleaved against without.
+	targetUnreachableRatio = 1.10
+	// targetCPU is the hook's CPU time per healthy sync.
+	targetCPU = 2 * time.Millisecond
+	// "Each replica's memory is roughly half": at most this part of one
+	// hook's RSS.
+	targetReplicaRSS = 0.6
+	// "The load splits": each replica's share of the requests within
+	// this many points of an even split.
+	targetShareSlack = 0.05
+	// A phase whose machine was busier than this part of its cores had
+	// no core to spare: its latencies include waiting for one.
+	saturatedBusy = 0.9
+	// A phase whose last syncs waited longer than this for a worker did
+	// not keep up with the rate they fell due at: its queue grew.
+	keptUpWait = time.Second
+	// Other processes using this many cores in a phase make the run a
+	// noisy one.
+	quietOthers = 0.1
+)
+
+// fleetResult is everything runFleet measured.
+type fleetResult struct {
+	shape                 scaleShape
+	fleet                 []fleetCluster
+	setup, warmWall, wall time.Duration
+	// startRSS is the first hook just started, before any sync;
+	// warmMemory the hook after the first syncs of the first clusters
+	// and then of all (syncs: how many clusters).
+	startRSS   procStatus
+	warmMemory []hookUsage
+	warm       fleetCounts
+	// warmRetried are the first syncs of the first hook, and of the
+	// replicas, that were made again (warmAttempts).
+	warmRetried, replicaWarmRetried *problems
+	// idle is the hook and this process with no sync, after the first
+	// syncs.
+	idle idleUsage
+	// measured: the healthy clusters' phase is done; the report can be
+	// written.
+	measured bool
+	alone    phaseResult
+	// mixed is with the unreachable clusters (none: nil), kept the phase
+	// whose endpoints fit the kept connections, replicas the phase of
+	// several hooks (none: nil).
+	mixed, kept, replicas *phaseResult
+	floors                []syncFloor
+}
+
+// render is the report: the targets, then the tables they come from.
+func (fr *fleetResult) render() string {
+	var b strings.Builder
+	s := fr.shape
+	fmt.Fprintf(&b, "Shape: %s. Hook binary: %s, default flags (%d etcd connections kept, --max-idle-etcd-conns). "+
+		"Fleet issued in %s, first syncs in %s, whole run %s.\n\n",
+		s, hookBinaryNote(), etcdclient.DefaultMaxIdleConns, fr.setup.Round(time.Second), fr.warmWall.Round(time.Second), fr.wall.Round(time.Second))
+	b.WriteString(fr.targets())
+	b.WriteString("\n" + fr.phases())
+	b.WriteString("\n" + fr.machine())
+	b.WriteString("\n" + fr.calls())
+	if fr.replicas != nil {
+		b.WriteString("\n" + fr.replicaTable())
+	}
+	b.WriteString("\n" + fr.sizing())
+	b.WriteString("\n" + fr.nextTenfold())
+	return b.String()
+}
+
+func hookBinaryNote() string {
+	path, err := testenv.FromModuleRoot("bin/etcd-hook")
+	if err != nil {
+		return "bin/etcd-hook"
+	}
+	if st, err := os.Stat(path); err == nil {
+		return fmt.Sprintf("bin/etcd-hook built %s", st.ModTime().UTC().Format("2006-01-02 15:04 MST"))
+	}
+	return "bin/etcd-hook"
+}
+
+func met(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
+
+// singleHookPhases are the phases of one hook process, in order.
+func (fr *fleetResult) singleHookPhases() []namedPhase {
+	out := []namedPhase{{"healthy clusters alone", &fr.alone}}
+	if fr.mixed != nil {
+		out = append(out, namedPhase{fmt.Sprintf("%d unreachable interleaved", fr.shape.unreachable), fr.mixed})
+	}
+	if fr.kept != nil {
+		out = append(out, namedPhase{fmt.Sprintf("connections kept (%d clusters)", fr.kept.clusters()), fr.kept})
+	}
+	return out
+}
+
+func (fr *fleetResult) allPhases() []namedPhase {
+	out := fr.singleHookPhases()
+	if fr.replicas != nil {
+		out = append(out, namedPhase{fmt.Sprintf("%d replicas", fr.shape.replicas), fr.replicas})
+	}
+	return out
+}
+
+type namedPhase struct {
+	name string
+	p    *phaseResult
+}
+
+func (fr *fleetResult) targets() string {
 	lines := []string{
-		"| syncs of (due to done) | count | p50 | p99 | max | syncs/s | worker time | hook RSS (target ≤ 64 MiB) | peak RSS | threads | goroutines | heap in use |",
-		"|---|---|---|---|---|---|---|---|---|---|---|---|",
-		phaseRow("healthy clusters, alone", alone),
-		phaseRow(fmt.Sprintf("healthy clusters, %d unreachable interleaved", len(unreachableAt)), mixed),
-		fmt.Sprintf("| ratio, interleaved / alone | | %.2f | %.2f | %.2f | %.2f | | | | | | |",
-			ratio(pct(mixed.healthy, 50), pct(alone.healthy, 50)),
-			ratio(pct(mixed.healthy, 99), pct(alone.healthy, 99)),
-			ratio(pct(mixed.healthy, 100), pct(alone.healthy, 100)),
-			mixed.rate()/alone.rate()),
-		fmt.Sprintf("| unreachable clusters | %d | %s | %s | %s | | %s | | | | | |",
-			len(mixed.unreachable), us(pct(mixed.unreachable, 50)), us(pct(mixed.unreachable, 99)), us(pct(mixed.unreachable, 100)),
-			mixed.workerShare(mixed.unreachable)),
-		"",
-		"| etcd calls per healthy sync | Status | MemberList (linearizable) | MemberList (serializable) | connections accepted | unexpected calls |",
+		"| target (the issue's, for 10,000 clusters) | measured | met |",
+		"|---|---|---|",
+	}
+	// Memory: the peak of the one hook over its phases.
+	var peak int64
+	var rss []string
+	for _, np := range fr.singleHookPhases() {
+		peak = max(peak, np.p.hooks[0].proc.peakRSS)
+		rss = append(rss, fmt.Sprintf("%s %s", np.name, mib(float64(np.p.hooks[0].proc.rss))))
+	}
+	lines = append(lines, fmt.Sprintf("| hook RSS ≤ %s (one hook, every phase) | peak %s (VmHWM); at the end of each phase: %s; just started: %s | %s |",
+		mib(targetRSS), mib(float64(peak)), strings.Join(rss, ", "), mib(float64(fr.startRSS.rss)), met(peak <= targetRSS)))
+
+	a := &fr.alone
+	p99s := []string{fmt.Sprintf("all healthy %s", ms(pct(a.healthy(), 99)))}
+	ok := pct(a.healthy(), 99) <= targetP99
+	for _, k := range a.kinds() {
+		p99s = append(p99s, fmt.Sprintf("%s %s", k.name, ms(pct(k.syncs, 99))))
+		ok = ok && pct(k.syncs, 99) <= targetP99
+	}
+	lines = append(lines, fmt.Sprintf("| healthy sync p99 ≤ %s, due to done (healthy clusters alone) | %s; p50 %s | %s |",
+		ms(targetP99), strings.Join(p99s, ", "), ms(pct(a.healthy(), 50)), met(ok)))
+
+	if m := fr.mixed; m != nil {
+		worst := 0.0
+		var ratios []string
+		for _, k := range []struct {
+			name         string
+			alone, mixed []time.Duration
+		}{{"all healthy", a.healthy(), m.healthy()}, {"plain", a.plain, m.plain}, {"TLS", a.tls, m.tls}} {
+			if len(k.alone) == 0 || len(k.mixed) == 0 {
+				continue
+			}
+			r := ratio(pct(k.mixed, 99), pct(k.alone, 99))
+			worst = max(worst, r)
+			ratios = append(ratios, fmt.Sprintf("%s %.2f (%s against %s)", k.name, r, ms(pct(k.mixed, 99)), ms(pct(k.alone, 99))))
+		}
+		lines = append(lines, fmt.Sprintf("| %d unreachable clusters move no healthy p99 by more than %.0f%% | p99 interleaved / alone: %s | %s |",
+			fr.shape.unreachable, 100*(targetUnreachableRatio-1), strings.Join(ratios, "; "), met(worst <= targetUnreachableRatio)))
+	} else {
+		lines = append(lines, "| unreachable clusters move no healthy p99 by more than 10% | not measured: BENCH_SCALE_UNREACHABLE=0 | - |")
+	}
+
+	cpu := a.cpuPerSync()
+	extra := fmt.Sprintf("; of which the hook's idle upkeep at this rate %s", ms(fr.idlePerSync(a)))
+	if fr.kept != nil {
+		extra += fmt.Sprintf("; with every connection kept %s", ms(fr.kept.cpuPerSync()))
+	}
+	if f := fr.floorMix(); f != nil {
+		extra += fmt.Sprintf("; decode, plan and encode alone, no network, %s", ms(f.sync))
+	}
+	lines = append(lines, fmt.Sprintf("| hook CPU ≤ %s per healthy sync | %s (healthy clusters alone, %.2f dials per sync)%s | %s |",
+		ms(targetCPU), ms(cpu), a.dialsPerSync(), extra, met(cpu <= targetCPU)))
+
+	if r := fr.replicas; r != nil {
+		n := len(r.hooks)
+		var shares, ratios []string
+		split, half := true, true
+		one := fr.sameTargetsAs(r)
+		for i, h := range r.hooks {
+			share := float64(h.syncs) / float64(r.syncs())
+			split = split && abs(share-1/float64(n)) <= targetShareSlack
+			shares = append(shares, fmt.Sprintf("%d: %.1f%%", i+1, 100*share))
+			q := float64(h.proc.rss) / float64(one.hooks[0].proc.rss)
+			half = half && q <= targetReplicaRSS
+			ratios = append(ratios, fmt.Sprintf("%d: %s, %.2f×", i+1, mib(float64(h.proc.rss)), q))
+		}
+		lines = append(lines,
+			fmt.Sprintf("| %d replicas: the load splits (each within %.0f points of an even share; requests sent at random, see below) | share of requests: %s; hook CPU per sync %s | %s |",
+				n, 100*targetShareSlack, strings.Join(shares, ", "), r.replicaCPUs(), met(split)),
+			fmt.Sprintf("| %d replicas: each replica's memory roughly half of one hook's (≤ %.1f×) | RSS, and against one hook's %s (same clusters): %s | %s |",
+				n, targetReplicaRSS, mib(float64(one.hooks[0].proc.rss)), strings.Join(ratios, "; "), met(half)))
+	}
+
+	var failed []string
+	for _, np := range fr.allPhases() {
+		if np.p.failed > 0 {
+			failed = append(failed, fmt.Sprintf("%s: %d of %d (first: %.200s)", np.name, np.p.failed, np.p.syncs(), strings.ReplaceAll(np.p.firstFailures, "\n", " ")))
+		}
+	}
+	if len(failed) > 0 {
+		lines = append(lines, fmt.Sprintf("| every sync answered, steady | failed syncs: %s | **no** |", strings.Join(failed, "; ")))
+	}
+	limit, why := fr.benchLimit()
+	lines = append(lines, fmt.Sprintf("| the bench's own side (etcd sims for %d member endpoints, DNS, the client playing Metacontroller) is not the limit | %s | %s |",
+		fr.shape.clusters*scaleMembers, why, met(!limit)))
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// sameTargetsAs is the one-hook phase that synced the same targets as p.
+func (fr *fleetResult) sameTargetsAs(p *phaseResult) *phaseResult {
+	if fr.mixed != nil && len(p.unreachable) > 0 {
+		return fr.mixed
+	}
+	return &fr.alone
+}
+
+// benchLimit tells whether the test process, or the machine, rather than
+// the hook, set any phase's figures, and why.
+func (fr *fleetResult) benchLimit() (bool, string) {
+	var saturated, late, heavier, others []string
+	busiest := 0.0
+	for _, np := range fr.allPhases() {
+		p := np.p
+		busiest = max(busiest, p.busy())
+		if o := p.othersCores(); o >= quietOthers {
+			others = append(others, fmt.Sprintf("%s (%.2f cores)", np.name, o))
+		}
+		if p.busy() >= saturatedBusy {
+			saturated = append(saturated, fmt.Sprintf("%s (%.0f%%)", np.name, 100*p.busy()))
+		}
+		if !p.keptUp() {
+			late = append(late, fmt.Sprintf("%s (the last syncs waited %s for a worker; %.1f done of %.1f due per second)", np.name, ms(p.endWait()), p.rate(), p.due))
+		}
+		if p.testCPU > p.hookCPU() {
+			heavier = append(heavier, fmt.Sprintf("%s (%.2f against %.2f cores)", np.name, cores(p.testCPU, p.wall), cores(p.hookCPU(), p.wall)))
+		}
+	}
+	var why []string
+	if len(others) > 0 {
+		why = append(why, "other processes used CPU in "+strings.Join(others, ", ")+": not a quiet run")
+	}
+	if len(saturated) > 0 {
+		why = append(why, "every core busy in "+strings.Join(saturated, ", ")+": latencies include waiting for a core")
+	}
+	if len(late) > 0 {
+		why = append(why, "syncs done slower than they fell due in "+strings.Join(late, ", "))
+	}
+	if len(heavier) > 0 {
+		why = append(why, "the test process used more CPU than the hook in "+strings.Join(heavier, ", "))
+	}
+	if len(saturated) == 0 && len(late) == 0 && len(heavier) == 0 {
+		why = append([]string{fmt.Sprintf("the machine at most %.0f%% busy, every phase kept up with its rate, the test process under the hook's CPU in each (table below)", 100*busiest)}, why...)
+		return false, strings.Join(why, "; ")
+	}
+	return len(saturated) > 0 || len(late) > 0, strings.Join(why, "; ")
+}
+
+func (fr *fleetResult) phases() string {
+	lines := []string{
+		"| phase (one hook) | syncs of (due to done) | count | p50 | p99 | max | syncs/s (due) | hook CPU per sync | dials per sync | hook RSS | peak RSS | threads | goroutines | heap in use | next GC at |",
+		"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+	}
+	for _, np := range fr.allPhases() {
+		p := np.p
+		first := true
+		row := func(label string, syncs []time.Duration, dials string) {
+			if len(syncs) == 0 {
+				return
+			}
+			r := fmt.Sprintf("| %s | %s | %d | %s | %s | %s |", np.name, label, len(syncs), us(pct(syncs, 50)), us(pct(syncs, 99)), us(pct(syncs, 100)))
+			if first && len(p.hooks) == 1 {
+				h := p.hooks[0]
+				r += fmt.Sprintf(" %.1f (%.1f) | %s | %s | %s | %s | %d | %s | %s | %s |",
+					p.rate(), p.due, us(p.cpuPerSync()), dials, mib(float64(h.proc.rss)), mib(float64(h.proc.peakRSS)), h.proc.threads,
+					metric(h.metrics, metricGoroutines, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
+					metric(h.metrics, metricHeapInUse, mib), metric(h.metrics, metricNextGC, mib))
+			} else if first {
+				r += fmt.Sprintf(" %.1f (%.1f) | %s | %s | (by replica, below) | | | | | |", p.rate(), p.due, us(p.cpuPerSync()), dials)
+			} else {
+				r += fmt.Sprintf(" | | %s | | | | | | |", dials)
+			}
+			first = false
+			lines = append(lines, r)
+		}
+		row("healthy clusters", p.healthy(), fmt.Sprintf("%.2f", p.dialsPerSync()))
+		row("plain clusters", p.plain, fmt.Sprintf("%.2f", perSync(p.calls.conns, len(p.plain))))
+		row("TLS clusters", p.tls, fmt.Sprintf("%.2f", perSync(p.tlsCalls.conns, len(p.tls))))
+		row("unreachable clusters", p.unreachable, "")
+		if len(p.unreachable) > 0 {
+			lines = append(lines, fmt.Sprintf("| %s | worker time on unreachable clusters | | | | | %s | | | | | | | | |", np.name, p.workerShare(p.unreachable, fr.shape.workers)))
+		}
+	}
+	if m := fr.mixed; m != nil {
+		a := &fr.alone
+		lines = append(lines, fmt.Sprintf("| ratio, interleaved / alone | healthy clusters | | %.2f | %.2f | %.2f | %.2f | %.2f | | | | | | | |",
+			ratio(pct(m.healthy(), 50), pct(a.healthy(), 50)), ratio(pct(m.healthy(), 99), pct(a.healthy(), 99)),
+			ratio(pct(m.healthy(), 100), pct(a.healthy(), 100)), m.rate()/a.rate(), ratio(m.cpuPerSync(), a.cpuPerSync())))
+	}
+	return strings.Join(lines, "\n") + "\n" +
+		"\nDials per sync are the connections the etcd sims accepted (for TLS, handshakes) per healthy sync of that kind. " +
+		"Hook CPU per sync is the hook process's user and system time over the phase (/proc/<pid>/stat) divided by every sync it answered, unreachable ones included.\n"
+}
+
+func (fr *fleetResult) machine() string {
+	lines := []string{
+		"| phase | wall | hook CPU (cores) | test process CPU (cores): etcd sims, DNS, client | other processes (cores) | machine busy | test CPU per sync | DNS queries per sync | test process RSS | kept up with the rate due (wait for a worker: p99, at the end) |",
+		"|---|---|---|---|---|---|---|---|---|---|",
+	}
+	if fr.idle.wall > 0 {
+		lines = append(lines, fmt.Sprintf("| idle: no sync, after the first syncs | %s | %.3f | %.3f | | | | | | |",
+			fr.idle.wall.Round(100*time.Millisecond), cores(fr.idle.hook, fr.idle.wall), cores(fr.idle.test, fr.idle.wall)))
+	}
+	for _, np := range fr.allPhases() {
+		p := np.p
+		lines = append(lines, fmt.Sprintf("| %s | %s | %.2f | %.2f | %.2f | %.0f%% of %d cores | %s | %.1f | %s | %s |",
+			np.name, p.wall.Round(100*time.Millisecond), cores(p.hookCPU(), p.wall), cores(p.testCPU, p.wall), p.othersCores(),
+			100*p.busy(), runtime.NumCPU(), us(p.testCPU/time.Duration(p.syncs())), float64(p.dnsQueries)/float64(p.syncs()),
+			mib(float64(p.test.rss)), fmt.Sprintf("%s (%s, %s)", met(p.keptUp()), ms(pct(p.waits, 99)), ms(p.endWait()))))
+	}
+	limit, why := fr.benchLimit()
+	verdict := "**The bench's side was not the limit**: " + why + "."
+	if limit {
+		verdict = "**On this machine the bench's side, or the machine, is the limit**: " + why + ". " +
+			"The etcd sims answer every member of the fleet in this process, and for TLS clusters make the server side of every handshake the hook's dials cause, " +
+			"on the same cores as the hook: these latencies are upper bounds of the hook's, and its CPU per sync is its own either way (counted from /proc)."
+	}
+	for _, w := range []struct {
+		what string
+		p    *problems
+		n    int
+	}{{"first syncs of the one hook, every cluster at once", fr.warmRetried, len(fr.fleet)},
+		{fmt.Sprintf("first syncs of each of the %d replicas", fr.shape.replicas), fr.replicaWarmRetried, len(fr.fleet) * fr.shape.replicas}} {
+		if w.p == nil {
+			continue
+		}
+		if err := w.p.err(); err != nil {
+			verdict += fmt.Sprintf("\n\nBefore the phases, %d of the %d %s (%d workers, as fast as they go) got no steady answer and were made again (at most %d attempts): "+
+				"on new connections every member is dialed, and a dial the busy machine does not finish within the hook's 0.5 s for a connection reports the member unreachable. The first: %.300s",
+				w.p.count(), w.n, w.what, fr.shape.workers, warmAttempts, w.p.firstOne())
+		}
+	}
+	return strings.Join(lines, "\n") + "\n\n" + verdict + "\n"
+}
+
+func (fr *fleetResult) calls() string {
+	lines := []string{
+		"| etcd calls per healthy sync | Status | MemberList (linearizable) | MemberList (serializable) | connections accepted (TLS: handshakes) | unexpected calls |",
 		"|---|---|---|---|---|---|",
-		callsRow("first sync of each cluster", warm, warmSyncs),
-		callsRow("healthy clusters alone", alone.calls, len(alone.healthy)),
-		callsRow("unreachable interleaved", mixed.calls, len(mixed.healthy)),
+	}
+	nPlain, nTLS := fr.healthyCounts()
+	if nPlain > 0 {
+		lines = append(lines, callsRow("first sync, plain clusters", fr.warm.plain, nPlain))
+	}
+	if nTLS > 0 {
+		lines = append(lines, callsRow("first sync, TLS clusters", fr.warm.tls, nTLS))
+	}
+	for _, np := range fr.allPhases() {
+		if len(np.p.plain) > 0 {
+			lines = append(lines, callsRow(np.name+", plain clusters", np.p.calls, len(np.p.plain)))
+		}
+		if len(np.p.tls) > 0 {
+			lines = append(lines, callsRow(np.name+", TLS clusters", np.p.tlsCalls, len(np.p.tls)))
+		}
 	}
 	return strings.Join(lines, "\n") + "\n"
 }
 
+func (fr *fleetResult) healthyCounts() (plain, tls int) {
+	for _, c := range fr.fleet {
+		switch {
+		case c.unreachable:
+		case c.tls != nil:
+			tls++
+		default:
+			plain++
+		}
+	}
+	return plain, tls
+}
+
+func (fr *fleetResult) replicaTable() string {
+	r := fr.replicas
+	one := fr.sameTargetsAs(r)
+	lines := []string{
+		"| hook | share of requests | syncs | syncs/s | hook CPU per sync | RSS | peak RSS | RSS / one hook's | threads | goroutines | heap in use | next GC at |",
+		"|---|---|---|---|---|---|---|---|---|---|---|---|",
+	}
+	hookRow := func(label string, h hookUsage, wall time.Duration, share string, rssRatio string) string {
+		return fmt.Sprintf("| %s | %s | %d | %.1f | %s | %s | %s | %s | %d | %s | %s | %s |",
+			label, share, h.syncs, float64(h.syncs)/wall.Seconds(), us(h.cpuPerSync()), mib(float64(h.proc.rss)), mib(float64(h.proc.peakRSS)), rssRatio, h.proc.threads,
+			metric(h.metrics, metricGoroutines, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
+			metric(h.metrics, metricHeapInUse, mib), metric(h.metrics, metricNextGC, mib))
+	}
+	lines = append(lines, hookRow("one hook, same clusters", one.hooks[0], one.wall, "100%", "1.00"))
+	for i, h := range r.hooks {
+		lines = append(lines, hookRow(fmt.Sprintf("replica %d of %d", i+1, len(r.hooks)), h, r.wall,
+			fmt.Sprintf("%.1f%%", 100*float64(h.syncs)/float64(r.syncs())), fmt.Sprintf("%.2f", float64(h.proc.rss)/float64(one.hooks[0].proc.rss))))
+	}
+	lat := []string{
+		"",
+		"| syncs of (due to done) | one hook p50 | p99 | replicas p50 | p99 | p99 ratio |",
+		"|---|---|---|---|---|---|",
+	}
+	for _, k := range []struct {
+		name     string
+		one, rep []time.Duration
+	}{{"healthy clusters", one.healthy(), r.healthy()}, {"plain clusters", one.plain, r.plain}, {"TLS clusters", one.tls, r.tls}} {
+		if len(k.one) == 0 || len(k.rep) == 0 {
+			continue
+		}
+		lat = append(lat, fmt.Sprintf("| %s | %s | %s | %s | %s | %.2f |", k.name, us(pct(k.one, 50)), us(pct(k.one, 99)), us(pct(k.rep, 50)), us(pct(k.rep, 99)), ratio(pct(k.rep, 99), pct(k.one, 99))))
+	}
+	note := fmt.Sprintf("\nThe %d replicas serve the same fleet. Each had synced every cluster once before the phase (what each comes to after a few resyncs: "+
+		"Metacontroller's workers take any cluster over any connection), and in the phase each request went to one replica picked at random. "+
+		"That is the even, per-request split the issue assumes. Behind a Service the split is per connection: kube-proxy picks a replica when a connection opens, "+
+		"and Metacontroller posts over Go's default HTTP transport, which keeps at most 2 idle connections per host. "+
+		"While no more than 2 syncs are in flight those same 2 connections carry every request, so the split follows 2 connections (all on one replica half of the time) "+
+		"until they close; a burst above 2 opens connections that are closed after use, and each is a new pick. "+
+		"The shares above are therefore the best case for the load. Memory does not depend on the split: each replica keeps its own %d connections and its memos of every cluster it has seen.\n",
+		len(r.hooks), etcdclient.DefaultMaxIdleConns)
+	return strings.Join(lines, "\n") + "\n" + strings.Join(lat, "\n") + "\n" + note
+}
+
+// floorMix is the floors weighted by the fleet's plain and TLS healthy
+// clusters, or nil.
+func (fr *fleetResult) floorMix() *syncFloor {
+	if len(fr.floors) == 0 {
+		return nil
+	}
+	nPlain, nTLS := fr.healthyCounts()
+	var out syncFloor
+	var total float64
+	for _, f := range fr.floors {
+		w := float64(nPlain)
+		if f.kind == "TLS" {
+			w = float64(nTLS)
+		}
+		total += w
+		out.request += int(w * float64(f.request))
+		out.full += int(w * float64(f.full))
+		out.answer += int(w * float64(f.answer))
+		out.decode += time.Duration(w * float64(f.decode))
+		out.sync += time.Duration(w * float64(f.sync))
+		out.fullDecode += time.Duration(w * float64(f.fullDecode))
+		out.fullSync += time.Duration(w * float64(f.fullSync))
+		out.syncAlloc += w * f.syncAlloc
+		out.fullSyncAlloc += w * f.fullSyncAlloc
+	}
+	out.syncAlloc, out.fullSyncAlloc = out.syncAlloc/total, out.fullSyncAlloc/total
+	div := func(d time.Duration) time.Duration { return time.Duration(float64(d) / total) }
+	out.kind = "fleet mix"
+	out.request, out.full, out.answer = int(float64(out.request)/total), int(float64(out.full)/total), int(float64(out.answer)/total)
+	out.decode, out.sync, out.fullDecode, out.fullSync = div(out.decode), div(out.sync), div(out.fullDecode), div(out.fullSync)
+	return &out
+}
+
+func (fr *fleetResult) sizing() string {
+	floors := slices.Clone(fr.floors)
+	if f := fr.floorMix(); f != nil && len(floors) > 1 {
+		floors = append(floors, *f)
+	}
+	header := "| per sync |"
+	sep := "|---|"
+	for _, f := range floors {
+		header += " " + f.kind + " |"
+		sep += "---|"
+	}
+	lines := []string{header, sep}
+	row := func(label string, cell func(f syncFloor) string) {
+		r := "| " + label + " |"
+		for _, f := range floors {
+			r += " " + cell(f) + " |"
+		}
+		lines = append(lines, r)
+	}
+	row("request, as this fleet sends it (bytes)", func(f syncFloor) string { return strconv.Itoa(f.request) })
+	row("request of a steady cluster with its Services, budget and NetworkPolicies as the API server serves them (bytes)", func(f syncFloor) string { return strconv.Itoa(f.full) })
+	row("answer (bytes)", func(f syncFloor) string { return strconv.Itoa(f.answer) })
+	row("JSON decoding (hooks.Decode), CPU, the collector aside: this fleet's request / the full one", func(f syncFloor) string { return us(f.decode) + " / " + us(f.fullDecode) })
+	row("decode, plan and encode, no network (in this process), CPU, the collector aside: this fleet's request / the full one", func(f syncFloor) string { return us(f.sync) + " / " + us(f.fullSync) })
+	row("allocated by decode, plan and encode (KiB), which the collector pays for: this fleet's request / the full one", func(f syncFloor) string {
+		return fmt.Sprintf("%.0f / %.0f", f.syncAlloc/1024, f.fullSyncAlloc/1024)
+	})
+	out := strings.Join(lines, "\n") + "\n"
+
+	a := &fr.alone
+	endpoints := fr.shape.clusters * scaleMembers
+	var sb strings.Builder
+	sb.WriteString("\n| per healthy sync, the hook process | CPU | dials |\n|---|---|---|\n")
+	if fr.kept != nil {
+		fmt.Fprintf(&sb, "| connections kept (%d clusters, %d endpoints, under the %d kept) | %s | %.2f |\n",
+			fr.kept.clusters(), fr.kept.clusters()*scaleMembers, etcdclient.DefaultMaxIdleConns, us(fr.kept.cpuPerSync()), fr.kept.dialsPerSync())
+	}
+	fmt.Fprintf(&sb, "| the whole fleet (%d endpoints for %d kept connections: %.0f× as many) | %s | %.2f |\n",
+		endpoints, etcdclient.DefaultMaxIdleConns, float64(endpoints)/float64(etcdclient.DefaultMaxIdleConns), us(a.cpuPerSync()), a.dialsPerSync())
+	fmt.Fprintf(&sb, "| of it, the hook's idle upkeep (%.3f cores with no sync) at %.1f syncs/s | %s | |\n",
+		cores(fr.idle.hook, fr.idle.wall), a.rate(), us(fr.idlePerSync(a)))
+	if fr.kept != nil {
+		fmt.Fprintf(&sb, "| the dials' part (the whole fleet less connections kept) | %s | |\n", us(a.cpuPerSync()-fr.kept.cpuPerSync()))
+	}
+	sb.WriteString("\nThe in-process rows replay one real read of the cluster's etcd sim, so they are the hook's own work for a sync without HTTP or gRPC, " +
+		"measured with the collector off (the least of 5 windows): the test process's heap is not the hook's; the hook's rows below include its collector. " +
+		"The fleet's requests carry the member Pods and the status, not the Services, budget and NetworkPolicies a steady cluster has, " +
+		"so the hook decodes less than it would from Metacontroller (second row).\n")
+	return out + sb.String()
+}
+
+// nextTenfold is the paragraph on what limits ten times this fleet,
+// computed from the figures above.
+func (fr *fleetResult) nextTenfold() string {
+	s := fr.shape
+	a := &fr.alone
+	rate10 := 10 * s.rate
+	n := runtime.NumCPU()
+	var items, limits []string
+
+	dial := a.cpuPerSync()
+	hookCores := cores10(dial, rate10)
+	items = append(items, fmt.Sprintf("**CPU.** At %d clusters (%.0f syncs/s) one hook at today's %s per sync needs %.1f cores (%.1f for each of 2 replicas; this machine has %d).",
+		10*s.clusters, rate10, ms(dial), hookCores, hookCores/2, n))
+	if hookCores > float64(n) {
+		limits = append(limits, fmt.Sprintf("hook CPU (%.1f cores)", hookCores))
+	}
+	if k := fr.kept; k != nil {
+		d := dial - k.cpuPerSync()
+		items = append(items, fmt.Sprintf("Dialing is %s of it (%.0f%%): %.1f cores; with every connection kept a sync costs %s, %.1f cores.",
+			ms(d), 100*float64(d)/float64(dial), cores10(d, rate10), ms(k.cpuPerSync()), cores10(k.cpuPerSync(), rate10)))
+	}
+	if f := fr.floorMix(); f != nil {
+		items = append(items, fmt.Sprintf("Without any network, and the collector aside, decode, plan and encode take %s per sync (%s from a full steady request): %.1f cores (%.1f); JSON decoding alone %s (%s): %.1f cores (%.1f). "+
+			"A sync allocates %.0f KiB (%.0f): %.0f MiB/s (%.0f) for the collector.",
+			ms(f.sync), ms(f.fullSync), cores10(f.sync, rate10), cores10(f.fullSync, rate10),
+			ms(f.decode), ms(f.fullDecode), cores10(f.decode, rate10), cores10(f.fullDecode, rate10),
+			f.syncAlloc/1024, f.fullSyncAlloc/1024, rate10*f.syncAlloc/(1<<20), rate10*f.fullSyncAlloc/(1<<20)))
+	}
+
+	endpoints := s.clusters * scaleMembers
+	conn := "at the per-connection heap and stacks `make bench` prints (TestConnectionCostReport, bin/hook-cost.md; not found here)"
+	plainKiB, tlsKiB, found := connectionCostFromHookCost()
+	if found {
+		perConn := plainKiB
+		if s.tlsEvery > 0 {
+			perConn = plainKiB + (tlsKiB-plainKiB)/float64(s.tlsEvery)
+		}
+		conn = fmt.Sprintf("at %.1f KiB each (bin/hook-cost.md: %.1f plain, %.1f TLS, weighted by this fleet) %s, against the %s RSS target; at this fleet's size %s",
+			perConn, plainKiB, tlsKiB, mib(10*float64(endpoints)*perConn*1024), mib(targetRSS), mib(float64(endpoints)*perConn*1024))
+		if float64(endpoints)*perConn*1024 > targetRSS {
+			limits = append(limits, "connections kept (every endpoint's would not fit the RSS target, even at this size)")
+		}
+	}
+	items = append(items, fmt.Sprintf("**Connections kept.** The hook keeps %d connections for %d member endpoints (%.0f× as many; %.2f dials per healthy sync measured). "+
+		"Keeping every endpoint at ×10 takes %d connections, %s.",
+		etcdclient.DefaultMaxIdleConns, endpoints, float64(endpoints)/float64(etcdclient.DefaultMaxIdleConns), a.dialsPerSync(), 10*endpoints, conn))
+
+	if f := fr.floorMix(); f != nil {
+		items = append(items, fmt.Sprintf("**The request.** %d bytes as this fleet sends it, %d from a full steady cluster: at ×10 the hook reads %.0f MiB/s of JSON (%.0f), "+
+			"%.0f× under the %d MiB body bound per request, which is no limit for 3 members.",
+			f.request, f.full, rate10*float64(f.request)/(1<<20), rate10*float64(f.full)/(1<<20), float64(hooks.MaxBodyBytes)/float64(f.full), hooks.MaxBodyBytes>>20))
+	}
+
+	svc := mean(a.serviceHealthy)
+	inFlight := rate10 * svc.Seconds()
+	items = append(items, fmt.Sprintf("**Workers.** A healthy sync takes %s on average from post to answer (%s p99); at %.0f syncs/s that keeps %.1f of Metacontroller's %d workers busy (Little's law), before any unreachable cluster holds one for 0.5 s.",
+		ms(svc), ms(pct(a.serviceHealthy, 99)), rate10, inFlight, s.workers))
+	if inFlight > 0.7*float64(s.workers) {
+		limits = append(limits, fmt.Sprintf("workers (%.1f of %d busy)", inFlight, s.workers))
+	}
+
+	end := fr.alone.hooks[0].proc.rss
+	if fr.mixed != nil {
+		end = max(end, fr.mixed.hooks[0].proc.rss)
+	}
+	if w := fr.warmMemory; len(w) == 2 && w[1].syncs > w[0].syncs {
+		perCluster := float64(w[1].proc.rss-w[0].proc.rss) / float64(w[1].syncs-w[0].syncs)
+		heapPer := (w[1].metrics[metricHeapInUse] - w[0].metrics[metricHeapInUse]) / float64(w[1].syncs-w[0].syncs)
+		projected := float64(end) + perCluster*float64(9*s.clusters)
+		items = append(items, fmt.Sprintf("**Memory.** The hook's RSS was %s just started, %s after the first syncs of %d clusters (its %d connections filled) and %s after all %d: "+
+			"%.1f KiB of RSS (%.1f KiB of heap in use) per further cluster, for what the hook keeps per cluster, up to its memos' caps. "+
+			"At that slope ×10 clusters take %s, against the %s target (an upper bound where a cap is reached first).",
+			mib(float64(fr.startRSS.rss)), mib(float64(w[0].proc.rss)), w[0].syncs, etcdclient.DefaultMaxIdleConns, mib(float64(w[1].proc.rss)), w[1].syncs,
+			perCluster/1024, heapPer/1024, mib(projected), mib(targetRSS)))
+		if projected > targetRSS {
+			limits = append(limits, fmt.Sprintf("memory, if it keeps growing with the clusters (%s)", mib(projected)))
+		}
+	}
+
+	first := "nothing measured here exceeds its bound at ×10"
+	if len(limits) > 0 {
+		first = strings.Join(limits, "; ")
+	}
+	return fmt.Sprintf("**What limits the next ×10** (%d clusters, %.0f syncs/s), from the figures above: %s.\n\n- %s\n",
+		10*s.clusters, rate10, first, strings.Join(items, "\n- "))
+}
+
+// connectionCostFromHookCost reads what a kept connection costs (heap and
+// stacks) from the hook-cost report `make bench` writes, if it is there.
+func connectionCostFromHookCost() (plainKiB, tlsKiB float64, ok bool) {
+	path, err := testenv.FromModuleRoot("bin/hook-cost.md")
+	if err != nil {
+		return 0, 0, false
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, false
+	}
+	var gotPlain, gotTLS bool
+	for line := range strings.Lines(string(b)) {
+		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		if len(cells) < 3 {
+			continue
+		}
+		var heap, stacks float64
+		if _, err := fmt.Sscanf(strings.TrimSpace(cells[1]), "%f KiB", &heap); err != nil {
+			continue
+		}
+		if _, err := fmt.Sscanf(strings.TrimSpace(cells[2]), "%f KiB", &stacks); err != nil {
+			continue
+		}
+		switch strings.TrimSpace(cells[0]) {
+		case "a connection to a plain member":
+			plainKiB, gotPlain = heap+stacks, true
+		case "a connection to a TLS member":
+			tlsKiB, gotTLS = heap+stacks, true
+		}
+	}
+	return plainKiB, tlsKiB, gotPlain && gotTLS
+}
+
 // tlsScaleReport renders the second hook's tables: a fleet with TLS
-// clusters among the plain ones, against the first hook's plain fleet.
-func tlsScaleReport(fleet []fleetCluster, plain phaseResult, warm fleetCounts, p phaseResult) string {
+// clusters among the plain ones, against the first hook's healthy phase
+// (BENCH_SCALE_COMPARE_TLS_EVERY; the 1000-cluster run's "hook 2").
+func tlsScaleReport(shape scaleShape, fleet []fleetCluster, first phaseResult, warm fleetCounts, p phaseResult) string {
 	var nPlain, nTLS int
 	for _, c := range fleet {
 		if c.tls != nil {
@@ -52,40 +665,45 @@ func tlsScaleReport(fleet []fleetCluster, plain phaseResult, warm fleetCounts, p
 			nPlain++
 		}
 	}
-	first := fmt.Sprintf("1: %d plain (%d unreachable)", scaleClusters, len(unreachableAt))
+	firstLabel := fmt.Sprintf("1: %d clusters (%d unreachable", shape.clusters, shape.unreachable)
+	if shape.tlsEvery > 0 {
+		firstLabel += ", " + everyNth(shape.tlsEvery) + " TLS"
+	}
+	firstLabel += ")"
 	second := fmt.Sprintf("2: %d plain, %d TLS", nPlain, nTLS)
 	lines := []string{
-		"| hook | syncs of (due to done) | count | p50 | p99 | max | syncs/s | hook CPU per sync | hook RSS (target ≤ 64 MiB) | peak RSS | threads | goroutines | heap in use | next GC at |",
+		"| hook | syncs of (due to done) | count | p50 | p99 | max | syncs/s | hook CPU per sync | hook RSS | peak RSS | threads | goroutines | heap in use | next GC at |",
 		"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-		hookRow(first, "healthy clusters, alone", plain.healthy, &plain),
+		hookRow(firstLabel, "healthy clusters, alone", first.healthy(), &first),
 	}
 	// The process's columns go on hook 2's first row.
 	proc := &p
 	for _, k := range []struct {
 		label string
 		syncs []time.Duration
-	}{{"plain clusters", p.healthy}, {"TLS clusters", p.tls}} {
+	}{{"plain clusters", p.plain}, {"TLS clusters", p.tls}} {
 		if len(k.syncs) > 0 {
 			lines = append(lines, hookRow(second, k.label, k.syncs, proc))
 			proc = nil
 		}
 	}
-	if len(p.healthy) > 0 && len(p.tls) > 0 {
+	if len(p.plain) > 0 && len(p.tls) > 0 {
 		lines = append(lines, fmt.Sprintf("| ratio in hook 2, TLS / plain clusters | | | %.2f | %.2f | %.2f | | | | | | | | |",
-			ratio(pct(p.tls, 50), pct(p.healthy, 50)), ratio(pct(p.tls, 99), pct(p.healthy, 99)), ratio(pct(p.tls, 100), pct(p.healthy, 100))))
+			ratio(pct(p.tls, 50), pct(p.plain, 50)), ratio(pct(p.tls, 99), pct(p.plain, 99)), ratio(pct(p.tls, 100), pct(p.plain, 100))))
 	}
+	h1, h2 := first.hooks[0], p.hooks[0]
 	lines = append(lines,
 		fmt.Sprintf("| ratio, hook 2 / hook 1 | | | | | | %.2f | %.2f | %.2f | %.2f | | %s | %s | %s |",
-			p.rate()/plain.rate(), ratio(p.cpuPerSync(), plain.cpuPerSync()),
-			float64(p.hook.rss)/float64(plain.hook.rss), float64(p.hook.peakRSS)/float64(plain.hook.peakRSS),
-			metricRatio(p.metrics, plain.metrics, metricGoroutines), metricRatio(p.metrics, plain.metrics, metricHeapInUse),
-			metricRatio(p.metrics, plain.metrics, metricNextGC)),
+			p.rate()/first.rate(), ratio(p.cpuPerSync(), first.cpuPerSync()),
+			float64(h2.proc.rss)/float64(h1.proc.rss), float64(h2.proc.peakRSS)/float64(h1.proc.peakRSS),
+			metricRatio(h2.metrics, h1.metrics, metricGoroutines), metricRatio(h2.metrics, h1.metrics, metricHeapInUse),
+			metricRatio(h2.metrics, h1.metrics, metricNextGC)),
 		"",
 		"| etcd calls per sync, hook 2 | Status | MemberList (linearizable) | MemberList (serializable) | connections accepted (TLS: handshakes) | unexpected calls |",
 		"|---|---|---|---|---|---|",
 	)
 	if nPlain > 0 {
-		lines = append(lines, callsRow("first sync, plain clusters", warm.plain, nPlain), callsRow("plain clusters", p.calls, len(p.healthy)))
+		lines = append(lines, callsRow("first sync, plain clusters", warm.plain, nPlain), callsRow("plain clusters", p.calls, len(p.plain)))
 	}
 	if nTLS > 0 {
 		lines = append(lines, callsRow("first sync, TLS clusters", warm.tls, nTLS), callsRow("TLS clusters", p.tlsCalls, len(p.tls)))
@@ -100,16 +718,118 @@ func hookRow(hook, label string, syncs []time.Duration, p *phaseResult) string {
 	if p == nil {
 		return row + " | | | | | | | |"
 	}
+	h := p.hooks[0]
 	return row + fmt.Sprintf(" %.0f | %s | %s | %s | %d | %s | %s | %s |",
-		p.rate(), us(p.cpuPerSync()), mib(float64(p.hook.rss)), mib(float64(p.hook.peakRSS)), p.hook.threads,
-		metric(p.metrics, metricGoroutines, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
-		metric(p.metrics, metricHeapInUse, mib), metric(p.metrics, metricNextGC, mib))
+		p.rate(), us(p.cpuPerSync()), mib(float64(h.proc.rss)), mib(float64(h.proc.peakRSS)), h.proc.threads,
+		metric(h.metrics, metricGoroutines, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
+		metric(h.metrics, metricHeapInUse, mib), metric(h.metrics, metricNextGC, mib))
 }
 
-// cpuPerSync is the hook's CPU time per sync of the phase, whatever the
+// healthy are the syncs of the healthy clusters, plain and TLS.
+func (p *phaseResult) healthy() []time.Duration { return slices.Concat(p.plain, p.tls) }
+
+type kindSyncs struct {
+	name  string
+	syncs []time.Duration
+}
+
+// kinds are the healthy syncs by kind, those the phase had.
+func (p *phaseResult) kinds() []kindSyncs {
+	var out []kindSyncs
+	if len(p.plain) > 0 {
+		out = append(out, kindSyncs{"plain", p.plain})
+	}
+	if len(p.tls) > 0 {
+		out = append(out, kindSyncs{"TLS", p.tls})
+	}
+	return out
+}
+
+// syncs counts every sync of the phase, of every cluster alike.
+func (p *phaseResult) syncs() int { return len(p.plain) + len(p.tls) + len(p.unreachable) }
+
+// clusters counts the distinct clusters of a phase that synced each at
+// least once.
+func (p *phaseResult) clusters() int { return p.nTargets }
+
+// rate is syncs per second, of every cluster alike.
+func (p *phaseResult) rate() float64 { return float64(p.syncs()) / p.wall.Seconds() }
+
+// keptUp: the last hundredth of the phase's syncs waited, at the median,
+// no longer than keptUpWait for a worker.
+func (p *phaseResult) keptUp() bool { return p.endWait() <= keptUpWait }
+
+func (p *phaseResult) endWait() time.Duration {
+	if len(p.waits) == 0 {
+		return 0
+	}
+	return pct(p.waits[len(p.waits)-max(1, len(p.waits)/100):], 50)
+}
+
+// othersCores are the cores other processes than the hooks and this one
+// used in the phase.
+func (p *phaseResult) othersCores() float64 {
+	return max(0, cores(p.machineCPU-p.hookCPU()-p.testCPU, p.wall))
+}
+
+// idlePerSync is the hooks' idle CPU spread over a phase's syncs: what
+// its CPU per sync owes to time rather than to syncs.
+func (fr *fleetResult) idlePerSync(p *phaseResult) time.Duration {
+	if fr.idle.wall == 0 || p.syncs() == 0 {
+		return 0
+	}
+	perSecond := float64(fr.idle.hook) / fr.idle.wall.Seconds() * float64(len(p.hooks))
+	return time.Duration(perSecond * p.wall.Seconds() / float64(p.syncs()))
+}
+
+// busy is the part of the machine's cores used in the phase, by anything.
+func (p *phaseResult) busy() float64 {
+	return cores(p.machineCPU, p.wall) / float64(runtime.NumCPU())
+}
+
+func (p *phaseResult) hookCPU() time.Duration {
+	var sum time.Duration
+	for _, h := range p.hooks {
+		sum += h.cpu
+	}
+	return sum
+}
+
+// cpuPerSync is the hooks' CPU time per sync of the phase, whatever the
 // cluster.
-func (p phaseResult) cpuPerSync() time.Duration {
-	return p.cpu / time.Duration(len(p.healthy)+len(p.tls)+len(p.unreachable))
+func (p *phaseResult) cpuPerSync() time.Duration {
+	return p.hookCPU() / time.Duration(max(1, p.syncs()))
+}
+
+// dialsPerSync are the connections the sims accepted per healthy sync.
+func (p *phaseResult) dialsPerSync() float64 {
+	return perSync(p.calls.conns+p.tlsCalls.conns, len(p.plain)+len(p.tls))
+}
+
+func (p *phaseResult) replicaCPUs() string {
+	var out []string
+	for i, h := range p.hooks {
+		out = append(out, fmt.Sprintf("%d: %s", i+1, ms(h.cpuPerSync())))
+	}
+	return strings.Join(out, ", ")
+}
+
+func (h hookUsage) cpuPerSync() time.Duration { return h.cpu / time.Duration(max(1, h.syncs)) }
+
+func (p *phaseResult) summary() string {
+	return fmt.Sprintf("%d syncs in %s (%.1f/s of %.1f due), healthy p50 %s p99 %s, hook CPU per sync %s, %.2f dials per healthy sync, machine %.0f%% busy",
+		p.syncs(), p.wall.Round(100*time.Millisecond), p.rate(), p.due, ms(pct(p.healthy(), 50)), ms(pct(p.healthy(), 99)), ms(p.cpuPerSync()), p.dialsPerSync(), 100*p.busy())
+}
+
+// workerShare is the part of the workers' time that went into the given
+// syncs, counted from due to done: time for which no other cluster could
+// be synced.
+func (p *phaseResult) workerShare(syncs []time.Duration, workers int) string {
+	var busy time.Duration
+	for _, d := range syncs {
+		busy += d
+	}
+	return fmt.Sprintf("%.0f%%", 100*busy.Seconds()/(p.wall.Seconds()*float64(workers)))
 }
 
 func metricRatio(a, b map[string]float64, name string) string {
@@ -121,38 +841,21 @@ func metricRatio(a, b map[string]float64, name string) string {
 	return fmt.Sprintf("%.2f", va/vb)
 }
 
-// rate is syncs per second, of every cluster alike.
-func (p phaseResult) rate() float64 {
-	return float64(len(p.healthy)+len(p.tls)+len(p.unreachable)) / p.wall.Seconds()
-}
-
-// workerShare is the part of the workers' time that went into the given
-// syncs, counted from due to done: time for which no other cluster could
-// be synced.
-func (p phaseResult) workerShare(syncs []time.Duration) string {
-	var busy time.Duration
-	for _, d := range syncs {
-		busy += d
-	}
-	return fmt.Sprintf("%.0f%%", 100*busy.Seconds()/(p.wall.Seconds()*scaleWorkers))
-}
-
-func phaseRow(label string, p phaseResult) string {
-	return fmt.Sprintf("| %s | %d | %s | %s | %s | %.0f | %s | %s | %s | %d | %s | %s |",
-		label, len(p.healthy), us(pct(p.healthy, 50)), us(pct(p.healthy, 99)), us(pct(p.healthy, 100)), p.rate(), p.workerShare(p.healthy),
-		mib(float64(p.hook.rss)), mib(float64(p.hook.peakRSS)), p.hook.threads,
-		metric(p.metrics, metricGoroutines, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
-		metric(p.metrics, metricHeapInUse, mib))
-}
-
 func callsRow(label string, c simCounts, syncs int) string {
-	per := func(n int64) string { return fmt.Sprintf("%.2f", float64(n)/float64(syncs)) }
+	per := func(n int64) string { return fmt.Sprintf("%.2f", perSync(n, syncs)) }
 	var unexpected int64
 	for _, n := range c.unexpected {
 		unexpected += n
 	}
 	return fmt.Sprintf("| %s | %s | %s | %s | %s | %d |", label,
 		per(c.calls[rpcStatus]), per(c.calls[rpcListLinearizable]), per(c.calls[rpcListSerializable]), per(c.conns), unexpected)
+}
+
+func perSync(n int64, syncs int) float64 {
+	if syncs == 0 {
+		return 0
+	}
+	return float64(n) / float64(syncs)
 }
 
 func metric(m map[string]float64, name string, format func(float64) string) string {
@@ -163,3 +866,29 @@ func metric(m map[string]float64, name string, format func(float64) string) stri
 }
 
 func mib(bytes float64) string { return fmt.Sprintf("%.1f MiB", bytes/(1<<20)) }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+// cores is CPU time over a wall time: how many cores it kept busy.
+func cores(cpu, wall time.Duration) float64 { return cpu.Seconds() / wall.Seconds() }
+
+// cores10 is the cores a CPU time per sync takes at a rate.
+func cores10(perSync time.Duration, rate float64) float64 { return perSync.Seconds() * rate }
+
+func mean(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	return sum / time.Duration(len(d))
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
