@@ -192,18 +192,11 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// controllerOwnerUID returns the uid of the ownerReference with controller: true.
+// controllerOwnerUID returns the uid of the ownerReference with
+// controller: true, "" when there is none.
 func controllerOwnerUID(obj Object) string {
-	refs, _ := nested(obj, "metadata", "ownerReferences")
-	list, _ := refs.([]any)
-	for _, r := range list {
-		m, _ := r.(map[string]any)
-		if c, _ := m["controller"].(bool); c {
-			uid, _ := m["uid"].(string)
-			return uid
-		}
-	}
-	return ""
+	uid, _ := controllerRef(obj)
+	return uid
 }
 
 func ownerUIDs(obj Object) []string {
