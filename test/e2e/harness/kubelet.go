@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -339,9 +340,47 @@ func (k *Kubelet) KillContainer(namespace, pod, container string) error {
 }
 
 // Pause freezes the container (SIGSTOP): the process holds its sockets but
-// answers nothing, like a hung member.
+// answers nothing, like a hung member. It returns once every thread of the
+// process is stopped, as the cgroup freezer behind docker pause does:
+// kill(2) returns before the threads running on other cores have stopped,
+// and a request sent at once could still be answered (make test's harness
+// suite saw it once, on a loaded machine).
 func (k *Kubelet) Pause(namespace, pod, container string) error {
-	return k.Signal(namespace, pod, container, syscall.SIGSTOP)
+	if err := k.Signal(namespace, pod, container, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	pid, err := k.ContainerPID(namespace, pod, container)
+	if err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(2 * time.Second); !allThreadsStopped(pid); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pod %s/%s container %q: pid %d not stopped 2s after SIGSTOP", namespace, pod, container, pid)
+		}
+	}
+	return nil
+}
+
+// allThreadsStopped: every thread of pid is in state T (stopped) or t
+// (traced), as /proc/<pid>/task/<tid>/stat says.
+func allThreadsStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command, which is in parentheses and may
+		// hold spaces: "<tid> (<comm>) <state> ...".
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
 
 // Resume undoes Pause.
