@@ -2,14 +2,11 @@ package etcdclient
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"slices"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/connectivity"
 
 	"github.com/etcdhook/etcd-hook/membership"
 )
@@ -20,9 +17,10 @@ import (
 type cluster struct {
 	conns     *conns
 	endpoints []string
-	// tlsID and tls are the client certificate, for https endpoints.
-	tlsID string
-	tls   *tls.Config
+	// tlsID names the client certificate, for https endpoints; transport
+	// makes connections with it (or plain ones).
+	tlsID     string
+	transport *transport
 	// statuses are what the members said in the last Membership.
 	statuses []endpointStatus
 }
@@ -33,33 +31,22 @@ type cluster struct {
 // few workers for as long as the hook waits on it, and a reachable one
 // connects in milliseconds.
 func (c *cluster) member(ctx context.Context, endpoint string, fn func(context.Context, *conn) error) error {
-	cn, err := c.conns.acquire(endpoint, c.tlsID, c.tls)
+	cn, err := c.conns.acquire(endpoint, c.tlsID, c.transport)
 	if err != nil {
 		return err
 	}
 	defer c.conns.release(cn)
-	state := cn.cc.GetState()
-	if state == connectivity.Ready {
+	if cn.cc.ready() {
 		return fn(ctx, cn)
 	}
+	// Not up: the call dials. A member that has just restarted (each
+	// does, in an upgrade) answers in this sync, as there is no reconnect
+	// backoff to wait out; one that is still down refuses the dial at
+	// once, and the call fails fast.
 	connecting, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
-	if state == connectivity.TransientFailure {
-		// Try now rather than when gRPC's backoff next would: a member
-		// that has just restarted (each does, in an upgrade) then answers
-		// in this sync, not in one after the backoff. One that is still
-		// down refuses the new attempt at once, and the call fails fast.
-		cn.cc.ResetConnectBackoff()
-		retry, stop := context.WithTimeout(connecting, reconnectWait)
-		cn.cc.WaitForStateChange(retry, connectivity.TransientFailure)
-		stop()
-	}
 	return fn(connecting, cn)
 }
-
-// reconnectWait bounds the wait for a connection in backoff to start its
-// new attempt, which takes microseconds.
-const reconnectWait = 50 * time.Millisecond
 
 type endpointStatus struct {
 	endpoint string
@@ -80,7 +67,7 @@ func (st endpointStatus) lister() bool { return st.voter() && st.resp.Leader != 
 func (c *cluster) status(ctx context.Context, endpoint string) endpointStatus {
 	var resp *pb.StatusResponse
 	err := c.member(ctx, endpoint, func(ctx context.Context, cn *conn) error {
-		wasUp := cn.cc.GetState() == connectivity.Ready
+		wasUp := cn.cc.ready()
 		var err error
 		resp, err = pb.NewMaintenanceClient(cn.cc).Status(ctx, &pb.StatusRequest{})
 		if err != nil && ctx.Err() != nil && wasUp {

@@ -2,19 +2,11 @@ package etcdclient
 
 import (
 	"container/list"
-	"crypto/tls"
-	"fmt"
-	"net/url"
 	"sync"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
-// conns shares one gRPC connection per member endpoint among all syncs.
+// conns shares one connection per member endpoint among all syncs.
 // Dialing costs more than the reads a steady sync makes, so connections
 // are kept; but a hook serving a thousand clusters cannot keep three
 // thousand (each holds buffers and goroutines), so at most max stay open
@@ -34,7 +26,7 @@ type conn struct {
 	// tlsID names the client certificate the connection was dialed with;
 	// "" for plain HTTP.
 	tlsID    string
-	cc       *grpc.ClientConn
+	cc       *memberConn
 	users    int
 	lastUsed time.Time
 	// discarded conns are out of the cache and close with their last user.
@@ -45,11 +37,11 @@ func newConns(max int, idle time.Duration) *conns {
 	return &conns{max: max, idle: idle, now: time.Now, byURL: map[string]*list.Element{}}
 }
 
-// acquire returns the endpoint's connection, dialing it if need be. The
-// dial itself is lazy: the first call on it connects. A connection made
+// acquire returns the endpoint's connection, made with transport if need
+// be. The dial itself is lazy: the first call on it connects. A connection made
 // with another client certificate than tlsID names (one rotated since) is
 // replaced: it would go on presenting the old certificate until it broke.
-func (cs *conns) acquire(endpoint, tlsID string, cfg *tls.Config) (*conn, error) {
+func (cs *conns) acquire(endpoint, tlsID string, transport *transport) (*conn, error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	now := cs.now()
@@ -63,7 +55,7 @@ func (cs *conns) acquire(endpoint, tlsID string, cfg *tls.Config) (*conn, error)
 		}
 		cs.dropLocked(el)
 	}
-	cc, err := dial(endpoint, cfg)
+	cc, err := newMemberConn(endpoint, transport)
 	if err != nil {
 		return nil, err
 	}
@@ -89,8 +81,8 @@ func (cs *conns) release(c *conn) {
 // discard takes the connection out of the cache, so that the next sync
 // dials afresh. Its connection may be stalled rather than broken: after a
 // network partition heals, TCP retransmits what was sent into it only as
-// its backoff allows, tens of seconds after a long cut, and gRPC's
-// keepalive pings only while a call is in flight. Kept, it would hide a
+// its backoff allows, tens of seconds after a long cut, and nothing pings
+// a connection between calls. Kept, it would hide a
 // member that is back from every sync until then.
 func (cs *conns) discard(c *conn) {
 	cs.mu.Lock()
@@ -147,45 +139,4 @@ func (cs *conns) len() int {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	return cs.lru.Len()
-}
-
-// ioBufferBytes sizes gRPC's per-connection read and write buffers. The
-// default, 32 KiB each, is for streams of large messages; a member list is
-// a few hundred bytes, and a thousand idle connections would otherwise
-// hold 64 MiB of buffers.
-const ioBufferBytes = 4 << 10
-
-func dial(endpoint string, cfg *tls.Config) (*grpc.ClientConn, error) {
-	u, err := url.Parse(endpoint)
-	if err != nil {
-		return nil, fmt.Errorf("etcd endpoint %q: %w", endpoint, err)
-	}
-	creds := insecure.NewCredentials()
-	switch {
-	case u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
-		return nil, fmt.Errorf("etcd endpoint %q: want http(s)://host:port", endpoint)
-	case u.Scheme == "https" && cfg == nil:
-		return nil, fmt.Errorf("etcd endpoint %q serves TLS, and no client certificate is configured for it", endpoint)
-	case u.Scheme == "https":
-		// The server name is the member's DNS name, which its server
-		// certificate must carry (*.<cluster>.<namespace>.svc).
-		tc := cfg.Clone()
-		tc.ServerName = u.Hostname()
-		creds = credentials.NewTLS(tc)
-	}
-	// passthrough: the name is resolved at each connect, so a Pod that
-	// comes back with a new IP is found on the next reconnect.
-	return grpc.NewClient("passthrough:///"+u.Host,
-		grpc.WithTransportCredentials(creds),
-		grpc.WithReadBufferSize(ioBufferBytes),
-		grpc.WithWriteBufferSize(ioBufferBytes),
-		// gRPC's default reconnect backoff grows to 120 s. A member that
-		// restarts (every member does, in an upgrade) fails the Status of
-		// each sync meanwhile, and the hook would then not see it back for
-		// as long as the backoff had grown: the rollout waits on it.
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			MinConnectTimeout: CallTimeout,
-		}),
-	)
 }

@@ -1,6 +1,7 @@
 package etcdclient
 
 import (
+	"crypto/tls"
 	"fmt"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ func TestConnsKeepAtMostMaxIdle(t *testing.T) {
 	cs := newConns(4, time.Hour)
 	t.Cleanup(cs.closeAll)
 	for i := range 10 {
-		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i), "", nil)
+		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i), "", newTransport(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -22,7 +23,7 @@ func TestConnsKeepAtMostMaxIdle(t *testing.T) {
 		t.Errorf("%d connections kept, want 4", got)
 	}
 	// The most recent ones are kept.
-	c, _ := cs.acquire("http://m9.demo.ns.svc:2379", "", nil)
+	c, _ := cs.acquire("http://m9.demo.ns.svc:2379", "", newTransport(nil))
 	defer cs.release(c)
 	if got := cs.len(); got != 4 {
 		t.Errorf("reusing a kept connection dialed a new one: %d kept", got)
@@ -34,7 +35,7 @@ func TestConnsNeverCloseOneInUse(t *testing.T) {
 	t.Cleanup(cs.closeAll)
 	var held []*conn
 	for i := range 3 {
-		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i), "", nil)
+		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i), "", newTransport(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +45,7 @@ func TestConnsNeverCloseOneInUse(t *testing.T) {
 		t.Errorf("%d connections while 3 are in use, want 3", got)
 	}
 	for _, c := range held {
-		if state := c.cc.GetState().String(); state == "SHUTDOWN" {
+		if isClosed(c) {
 			t.Errorf("connection to %s closed while in use", c.endpoint)
 		}
 		cs.release(c)
@@ -59,16 +60,16 @@ func TestConnsCloseIdleOnesAfterIdleTimeout(t *testing.T) {
 	t.Cleanup(cs.closeAll)
 	now := time.Now()
 	cs.now = func() time.Time { return now }
-	old, _ := cs.acquire("http://old.demo.ns.svc:2379", "", nil)
+	old, _ := cs.acquire("http://old.demo.ns.svc:2379", "", newTransport(nil))
 	cs.release(old)
 	now = now.Add(2 * time.Minute)
-	fresh, _ := cs.acquire("http://fresh.demo.ns.svc:2379", "", nil)
+	fresh, _ := cs.acquire("http://fresh.demo.ns.svc:2379", "", newTransport(nil))
 	cs.release(fresh)
 	if got := cs.len(); got != 1 {
 		t.Errorf("%d connections kept, want only the fresh one", got)
 	}
-	if state := old.cc.GetState().String(); state != "SHUTDOWN" {
-		t.Errorf("idle connection is %s, want SHUTDOWN", state)
+	if !isClosed(old) {
+		t.Error("idle connection left open, want it closed")
 	}
 }
 
@@ -76,34 +77,45 @@ func TestDiscardedConnClosesWithItsLastUser(t *testing.T) {
 	cs := newConns(10, time.Hour)
 	t.Cleanup(cs.closeAll)
 	const ep = "http://m0.demo.ns.svc:2379"
-	c, _ := cs.acquire(ep, "", nil)
+	c, _ := cs.acquire(ep, "", newTransport(nil))
 	cs.discard(c)
-	again, _ := cs.acquire(ep, "", nil)
+	again, _ := cs.acquire(ep, "", newTransport(nil))
 	defer cs.release(again)
 	if again == c {
 		t.Fatal("a discarded connection was handed out again")
 	}
-	if state := c.cc.GetState().String(); state == "SHUTDOWN" {
+	if isClosed(c) {
 		t.Error("discarded connection closed while still in use")
 	}
 	cs.release(c)
-	if state := c.cc.GetState().String(); state != "SHUTDOWN" {
-		t.Errorf("discarded connection is %s after its last user, want SHUTDOWN", state)
+	if !isClosed(c) {
+		t.Error("discarded connection left open after its last user, want it closed")
 	}
 }
 
 func TestDialRefusesWhatItCannotCall(t *testing.T) {
+	plain, withCert := newTransport(nil), newTransport(&tls.Config{})
 	for _, tc := range []struct {
-		endpoint, reason string
+		endpoint  string
+		transport *transport
+		reason    string
 	}{
-		{"https://m0.demo.ns.svc:2379", "a member serving TLS, and no client certificate to call it with"},
-		{"m0.demo.ns.svc:2379", "no scheme"},
-		{"http://", "no host"},
-		{"unix:///run/etcd.sock", "not http(s)"},
+		{"https://m0.demo.ns.svc:2379", plain, "a member serving TLS, and no client certificate to call it with"},
+		{"http://m0.demo.ns.svc:2379", withCert, "a member serving plain HTTP, called with a client certificate"},
+		{"m0.demo.ns.svc:2379", plain, "no scheme"},
+		{"http://", plain, "no host"},
+		{"http://m0.demo.ns.svc", plain, "no port"},
+		{"unix:///run/etcd.sock", plain, "not http(s)"},
 	} {
-		if cc, err := dial(tc.endpoint, nil); err == nil {
+		if cc, err := newMemberConn(tc.endpoint, tc.transport); err == nil {
 			cc.Close()
-			t.Errorf("dial(%q) succeeded, want an error: %s", tc.endpoint, tc.reason)
+			t.Errorf("newMemberConn(%q) succeeded, want an error: %s", tc.endpoint, tc.reason)
 		}
 	}
+}
+
+func isClosed(c *conn) bool {
+	c.cc.mu.Lock()
+	defer c.cc.mu.Unlock()
+	return c.cc.closed
 }

@@ -52,30 +52,33 @@ type tlsConfigs struct {
 }
 
 type tlsEntry struct {
-	id  string
-	cfg *tls.Config
+	id string
+	// transport makes the connections that present this certificate.
+	transport *transport
 }
 
 func newTLSConfigs(max int) *tlsConfigs {
 	return &tlsConfigs{max: max, byID: map[string]*list.Element{}}
 }
 
-func (t *tlsConfigs) get(m *ClientTLS) (*tls.Config, error) {
+// get returns the transport of the client certificate m.
+func (t *tlsConfigs) get(m *ClientTLS) (*transport, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if el, ok := t.byID[m.ID]; ok {
 		t.lru.MoveToFront(el)
-		return el.Value.(*tlsEntry).cfg, nil
+		return el.Value.(*tlsEntry).transport, nil
 	}
 	cfg, err := ParseClientTLS(m.Cert, m.Key, m.CA)
 	if err != nil {
 		return nil, err
 	}
-	t.byID[m.ID] = t.lru.PushFront(&tlsEntry{id: m.ID, cfg: cfg})
+	transport := newTransport(cfg)
+	t.byID[m.ID] = t.lru.PushFront(&tlsEntry{id: m.ID, transport: transport})
 	for t.lru.Len() > t.max {
 		old := t.lru.Back()
 		t.lru.Remove(old)
 		delete(t.byID, old.Value.(*tlsEntry).id)
 	}
-	return cfg, nil
+	return transport, nil
 }

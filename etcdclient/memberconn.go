@@ -1,0 +1,372 @@
+package etcdclient
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// memberConn carries the hook's etcd calls to one member over one HTTP/2
+// connection (h2conn). It is a grpc.ClientConnInterface, so etcd's
+// generated clients (pb.NewClusterClient and the rest) call through it
+// unchanged; the member's gRPC server cannot tell it from grpc-go.
+//
+// Why not grpc-go's ClientConn: a hook serving thousands of clusters cannot
+// keep a connection to every member, so most syncs of a large fleet dial,
+// and a grpc-go ClientConn costs twice the CPU to dial, call and close, and
+// five goroutines to keep (TestConnectionCostReport, BENCHMARKS.md). The
+// hook only makes unary calls, and a unary call is all this carries: one
+// length-prefixed protobuf message each way, and the status in the
+// trailers. Calls to one member take turns on its connection.
+//
+// The connection is dialed by the first call that needs it, the member's
+// name resolved then, and dialed again by the next call after it breaks:
+// a member that restarted answers the next sync, with no reconnect
+// backoff in between.
+type memberConn struct {
+	scheme, host string
+	transport    *transport
+
+	// turn admits one call at a time; a call waits for its turn within
+	// its own deadline.
+	turn chan struct{}
+
+	mu     sync.Mutex
+	h2     *h2conn // nil until dialed, and after it broke
+	closed bool
+}
+
+var _ grpc.ClientConnInterface = (*memberConn)(nil)
+
+// transport dials the connections of one client certificate, or the plain
+// ones.
+type transport struct {
+	tls *tls.Config // nil: plain
+}
+
+func newTransport(cfg *tls.Config) *transport { return &transport{tls: cfg} }
+
+func (t *transport) dial(ctx context.Context, scheme, host string) (*h2conn, error) {
+	nc, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, "tcp", host)
+	if err != nil {
+		return nil, err
+	}
+	if t.tls != nil {
+		cfg := t.tls.Clone()
+		// The member's DNS name, which its server certificate must carry
+		// (*.<cluster>.<namespace>.svc).
+		cfg.ServerName, _, _ = net.SplitHostPort(host)
+		cfg.NextProtos = []string{"h2"}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = nc.Close()
+			return nil, err
+		}
+		nc = tc
+	}
+	h, err := newH2Conn(nc, scheme)
+	if err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// Limits on what a member may send back. Every answer the hook reads is
+// small: a status, a member list, a user list.
+const (
+	maxHeaderBytes = 64 << 10
+	maxAnswerBytes = 4 << 20
+)
+
+// newMemberConn checks the endpoint; it dials nothing.
+func newMemberConn(endpoint string, transport *transport) (*memberConn, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("etcd endpoint %q: %w", endpoint, err)
+	}
+	switch {
+	case u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
+		return nil, fmt.Errorf("etcd endpoint %q: want http(s)://host:port", endpoint)
+	case u.Scheme == "https" && transport.tls == nil:
+		return nil, fmt.Errorf("etcd endpoint %q serves TLS, and no client certificate is configured for it", endpoint)
+	case u.Scheme == "http" && transport.tls != nil:
+		return nil, fmt.Errorf("etcd endpoint %q serves plain HTTP, and it is called with a client certificate", endpoint)
+	case u.Port() == "":
+		return nil, fmt.Errorf("etcd endpoint %q: no port", endpoint)
+	}
+	return &memberConn{scheme: u.Scheme, host: u.Host, transport: transport, turn: make(chan struct{}, 1)}, nil
+}
+
+// ready reports whether the connection is up, so that a call would not
+// dial.
+func (m *memberConn) ready() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.h2 != nil
+}
+
+// Close closes the connection; a call in flight fails, and later ones do
+// not dial.
+func (m *memberConn) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	if m.h2 == nil {
+		return nil
+	}
+	err := m.h2.close()
+	m.h2 = nil
+	return err
+}
+
+// take returns the connection for the call that holds the turn: the open
+// one if the member has not dropped it, else a new one. fresh says it was
+// just dialed.
+func (m *memberConn) take(ctx context.Context) (h *h2conn, fresh bool, err error) {
+	m.mu.Lock()
+	h, closed := m.h2, m.closed
+	m.mu.Unlock()
+	if closed {
+		return nil, false, status.Error(codes.Canceled, "the connection was closed")
+	}
+	if h != nil {
+		if h.alive() {
+			return h, false, nil
+		}
+		m.drop(h)
+	}
+	h, err = m.transport.dial(ctx, m.scheme, m.host)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, false, status.FromContextError(ctx.Err()).Err()
+		}
+		return nil, false, status.Errorf(codes.Unavailable, "connection error: %v", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		_ = h.close()
+		return nil, false, status.Error(codes.Canceled, "the connection was closed")
+	}
+	m.h2 = h
+	return h, true, nil
+}
+
+// drop closes h and forgets it, if it is still the connection.
+func (m *memberConn) drop(h *h2conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_ = h.close()
+	if m.h2 == h {
+		m.h2 = nil
+	}
+}
+
+// Invoke makes one unary call. Its errors are gRPC status errors, as
+// grpc-go's are, so that etcd's own error values (rpctypes) match them.
+func (m *memberConn) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
+	req, ok := args.(proto.Message)
+	out, ok2 := reply.(proto.Message)
+	if !ok || !ok2 {
+		return status.Errorf(codes.Internal, "%s: %T and %T are not protobuf messages", method, args, reply)
+	}
+	body, headers, err := request(ctx, method, req)
+	if err != nil {
+		return err
+	}
+	select {
+	case m.turn <- struct{}{}:
+		defer func() { <-m.turn }()
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	for {
+		h, fresh, err := m.take(ctx)
+		if err != nil {
+			return err
+		}
+		a, err := h.call(ctx, m.host, method, headers, body)
+		var reset http2.StreamError
+		if errors.As(err, &reset) {
+			// The member ended this call alone; the connection is fine.
+			return status.Errorf(resetCode(ctx, reset.Code), "%s: %v", method, err)
+		}
+		if err != nil {
+			m.drop(h)
+			switch {
+			case expired(ctx):
+				return status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
+			case ctx.Err() != nil:
+				return status.FromContextError(ctx.Err()).Err()
+			case errors.Is(err, errNotProcessed) && !fresh:
+				// The member never started it: make it again, once, on a
+				// new connection.
+				continue
+			}
+			return status.Errorf(codes.Unavailable, "%s: %v", method, err)
+		}
+		if h.goingAway {
+			m.drop(h)
+		}
+		return a.decode(out)
+	}
+}
+
+// NewStream refuses: the hook makes no streaming call (snapshots are taken
+// by the backup agent, with etcd's own client).
+func (m *memberConn) NewStream(_ context.Context, _ *grpc.StreamDesc, method string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, status.Errorf(codes.Unimplemented, "%s: the hook makes no streaming call", method)
+}
+
+// request is the call's length-prefixed message and its headers.
+func request(ctx context.Context, method string, msg proto.Message) ([]byte, [][2]string, error) {
+	body, err := proto.Marshal(msg)
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Internal, "%s: encoding the request: %v", method, err)
+	}
+	// The length-prefixed message: not compressed, then its length.
+	framed := make([]byte, 5+len(body))
+	binary.BigEndian.PutUint32(framed[1:5], uint32(len(body)))
+	copy(framed[5:], body)
+	headers := [][2]string{{"content-type", "application/grpc"}, {"te", "trailers"}}
+	if deadline, ok := ctx.Deadline(); ok {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil, status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
+		}
+		// The member stops working on the call when the hook stops
+		// waiting for it.
+		headers = append(headers, [2]string{"grpc-timeout", grpcTimeout(left)})
+	}
+	return framed, headers, nil
+}
+
+// grpcTimeout writes a timeout as the grpc-timeout header does: at most 8
+// digits and a unit.
+func grpcTimeout(d time.Duration) string {
+	const maxDigits = 1e8
+	for _, u := range []struct {
+		unit time.Duration
+		name string
+	}{{time.Microsecond, "u"}, {time.Millisecond, "m"}, {time.Second, "S"}, {time.Hour, "H"}} {
+		if n := (d + u.unit - 1) / u.unit; n < maxDigits {
+			return strconv.FormatInt(int64(n), 10) + u.name
+		}
+	}
+	return "99999999H"
+}
+
+// decode reads one unary answer into out: the HTTP status, the one
+// message, and the gRPC status, which a refusal may send in the headers
+// alone.
+func (a *h2Answer) decode(out proto.Message) error {
+	if a.status != "200" {
+		code, _ := strconv.Atoi(a.status)
+		return status.Errorf(httpStatusCode(code), "etcd answered HTTP %s", a.status)
+	}
+	if !strings.HasPrefix(a.contentType, "application/grpc") {
+		return status.Errorf(codes.Internal, "etcd answered with content type %q, not gRPC", a.contentType)
+	}
+	if a.grpcStatus == "" {
+		return status.Error(codes.Internal, "the answer ended without a gRPC status")
+	}
+	if err := statusFrom(a.grpcStatus, a.grpcMessage); err != nil {
+		return err
+	}
+	data := a.body
+	switch {
+	case len(data) < 5:
+		return status.Errorf(codes.Internal, "an answer of %d bytes holds no message", len(data))
+	case data[0] != 0:
+		return status.Error(codes.Internal, "a compressed answer, which the hook did not ask for")
+	case int(binary.BigEndian.Uint32(data[1:5])) != len(data)-5:
+		return status.Errorf(codes.Internal, "an answer of %d bytes after its prefix, which says %d", len(data)-5, binary.BigEndian.Uint32(data[1:5]))
+	}
+	if err := proto.Unmarshal(data[5:], out); err != nil {
+		return status.Errorf(codes.Internal, "decoding the answer: %v", err)
+	}
+	return nil
+}
+
+// statusFrom is the error of a grpc-status and grpc-message pair; nil for
+// OK.
+func statusFrom(code, message string) error {
+	n, err := strconv.ParseUint(code, 10, 32)
+	if err != nil {
+		return status.Errorf(codes.Internal, "a gRPC status of %q", code)
+	}
+	if n == uint64(codes.OK) {
+		return nil
+	}
+	// The message is percent-encoded; one that is not is kept as sent.
+	if decoded, err := url.PathUnescape(message); err == nil {
+		message = decoded
+	}
+	return status.Error(codes.Code(n), message)
+}
+
+// expired reports whether the call's deadline has passed, by the clock:
+// the context's own timer may not have fired yet.
+func expired(ctx context.Context) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && !time.Now().Before(deadline)
+}
+
+// resetCode is the status of a call the member reset, as grpc-go maps it.
+// A member ends a call whose deadline it was sent with CANCEL, a moment
+// before the hook's own timer fires: that is the deadline.
+func resetCode(ctx context.Context, code http2.ErrCode) codes.Code {
+	switch code {
+	case http2.ErrCodeCancel:
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < resetMargin {
+			return codes.DeadlineExceeded
+		}
+		return codes.Canceled
+	case http2.ErrCodeRefusedStream:
+		return codes.Unavailable
+	case http2.ErrCodeEnhanceYourCalm:
+		return codes.ResourceExhausted
+	case http2.ErrCodeInadequateSecurity:
+		return codes.PermissionDenied
+	}
+	return codes.Internal
+}
+
+// resetMargin is how far ahead of the hook's own deadline a member's
+// timer may fire: the grpc-timeout it is sent is counted from a moment
+// before the call is written.
+const resetMargin = 20 * time.Millisecond
+
+// httpStatusCode maps an HTTP status that is not a gRPC answer as gRPC's
+// own clients do.
+func httpStatusCode(httpStatus int) codes.Code {
+	switch httpStatus {
+	case http.StatusBadRequest:
+		return codes.Internal
+	case http.StatusUnauthorized:
+		return codes.Unauthenticated
+	case http.StatusForbidden:
+		return codes.PermissionDenied
+	case http.StatusNotFound:
+		return codes.Unimplemented
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return codes.Unavailable
+	}
+	return codes.Unknown
+}

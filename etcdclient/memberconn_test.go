@@ -1,0 +1,232 @@
+package etcdclient
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// statusServer is a grpc-go server, as etcd runs, whose Status answers
+// what the test sets.
+type statusServer struct {
+	pb.UnimplementedMaintenanceServer
+	answer   *pb.StatusResponse
+	err      error
+	deadline atomic.Value // time.Duration left when the call arrived
+	accepted atomic.Int64
+}
+
+func (s *statusServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if d, ok := ctx.Deadline(); ok {
+		s.deadline.Store(time.Until(d))
+	}
+	return s.answer, s.err
+}
+
+type countingListener struct {
+	net.Listener
+	accepted *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+func startStatusServer(t *testing.T, s *statusServer) *memberConn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterMaintenanceServer(srv, s)
+	go func() { _ = srv.Serve(countingListener{ln, &s.accepted}) }()
+	t.Cleanup(srv.Stop)
+	m, err := newMemberConn("http://"+ln.Addr().String(), newTransport(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+func TestMemberConnCallsAGRPCServer(t *testing.T) {
+	want := &pb.StatusResponse{Header: &pb.ResponseHeader{MemberId: 7, Revision: 42}, Version: "3.7.3", Leader: 7, Errors: []string{"etcdserver: mvcc: database space exceeded"}}
+	s := &statusServer{answer: want}
+	m := startStatusServer(t, s)
+	if m.ready() {
+		t.Fatal("a connection is up before any call: the dial must wait for the first one")
+	}
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+		got, err := pb.NewMaintenanceClient(m).Status(ctx, &pb.StatusRequest{})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(want, got) {
+			t.Fatalf("Status answered %v, want %v", got, want)
+		}
+	}
+	if n := s.accepted.Load(); n != 1 {
+		t.Errorf("%d connections for 3 calls, want 1 kept", n)
+	}
+	// The member stops working when the hook stops waiting.
+	left, _ := s.deadline.Load().(time.Duration)
+	if left <= 0 || left > 700*time.Millisecond {
+		t.Errorf("the server saw %v left of the call's 700ms, want the deadline passed on (grpc-timeout)", left)
+	}
+}
+
+func TestMemberConnErrorsAreGRPCStatuses(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		server error
+		check  func(error) bool
+		reason string
+	}{
+		{
+			name:   "etcd error",
+			server: rpctypes.ErrGRPCLearnerNotReady,
+			check:  func(err error) bool { return rpctypes.Error(err) == rpctypes.ErrMemberLearnerNotReady },
+			reason: "the hook tells etcd's refusals apart by rpctypes, as with grpc-go",
+		},
+		{
+			name:   "message to escape",
+			server: status.Error(codes.FailedPrecondition, "100% ünïcode\nline"),
+			check: func(err error) bool {
+				s, _ := status.FromError(err)
+				return s.Code() == codes.FailedPrecondition && s.Message() == "100% ünïcode\nline"
+			},
+			reason: "grpc-message is percent-encoded on the wire, and read back as sent",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := startStatusServer(t, &statusServer{err: tc.server})
+			_, err := pb.NewMaintenanceClient(m).Status(context.Background(), &pb.StatusRequest{})
+			if !tc.check(err) {
+				t.Errorf("got %v from a server answering %v: %s", err, tc.server, tc.reason)
+			}
+		})
+	}
+	t.Run("method the server lacks", func(t *testing.T) {
+		m := startStatusServer(t, &statusServer{})
+		_, err := pb.NewClusterClient(m).MemberList(context.Background(), &pb.MemberListRequest{})
+		if status.Code(err) != codes.Unimplemented {
+			t.Errorf("got %v, want Unimplemented", err)
+		}
+	})
+	t.Run("stream", func(t *testing.T) {
+		m := startStatusServer(t, &statusServer{})
+		if _, err := pb.NewMaintenanceClient(m).Snapshot(context.Background(), &pb.SnapshotRequest{}); status.Code(err) != codes.Unimplemented {
+			t.Errorf("a streaming call got %v, want Unimplemented: the hook makes none", err)
+		}
+	})
+}
+
+func TestMemberConnClosedDialsNothing(t *testing.T) {
+	s := &statusServer{answer: &pb.StatusResponse{}}
+	m := startStatusServer(t, s)
+	if _, err := pb.NewMaintenanceClient(m).Status(context.Background(), &pb.StatusRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = m.Close()
+	_, err := pb.NewMaintenanceClient(m).Status(context.Background(), &pb.StatusRequest{})
+	if status.Code(err) != codes.Canceled {
+		t.Errorf("a call on a closed connection got %v, want Canceled", err)
+	}
+	if n := s.accepted.Load(); n != 1 {
+		t.Errorf("%d connections accepted, want 1: a closed connection must not dial again", n)
+	}
+}
+
+func TestMemberConnDownMemberFailsFast(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	m, err := newMemberConn("http://"+addr, newTransport(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	start := time.Now()
+	_, err = pb.NewMaintenanceClient(m).Status(context.Background(), &pb.StatusRequest{})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("a member that refuses connections got %v, want Unavailable", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("a refused dial took %v, want it to fail at once", took)
+	}
+}
+
+func TestDecodeAnswer(t *testing.T) {
+	msg, err := proto.Marshal(&pb.StatusResponse{Version: "3.7.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	framed := func(flag byte, length int, payload []byte) []byte {
+		return append([]byte{flag, byte(length >> 24), byte(length >> 16), byte(length >> 8), byte(length)}, payload...)
+	}
+	const grpcType = "application/grpc"
+	for _, tc := range []struct {
+		name   string
+		answer h2Answer
+		want   codes.Code
+		reason string
+	}{
+		{"ok", h2Answer{"200", grpcType, "0", "", framed(0, len(msg), msg)}, codes.OK, "one message, then status 0"},
+		{"refused", h2Answer{"200", grpcType, "9", "etcdserver%3A%20no%20leader", nil}, codes.FailedPrecondition, "a refusal, in the headers alone or in the trailers"},
+		{"refused after a message", h2Answer{"200", grpcType, "14", "", framed(0, len(msg), msg)}, codes.Unavailable, "the status decides, not the message before it"},
+		{"no status", h2Answer{"200", grpcType, "", "", framed(0, len(msg), msg)}, codes.Internal, "an answer cut before its trailers is not an answer"},
+		{"compressed", h2Answer{"200", grpcType, "0", "", framed(1, len(msg), msg)}, codes.Internal, "the hook asks for no compression and cannot read one"},
+		{"short", h2Answer{"200", grpcType, "0", "", framed(0, len(msg)+3, msg)}, codes.Internal, "a message shorter than its prefix says was cut"},
+		{"no message", h2Answer{"200", grpcType, "0", "", nil}, codes.Internal, "a unary call answers one message"},
+		{"not gRPC", h2Answer{"200", "text/html", "", "", []byte("<html>")}, codes.Internal, "something other than etcd's gRPC server answered"},
+		{"HTTP 503", h2Answer{"503", "text/plain", "", "", nil}, codes.Unavailable, "a proxy in between is unavailable"},
+		{"HTTP 404", h2Answer{"404", "text/plain", "", "", nil}, codes.Unimplemented, "as grpc-go maps it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out pb.StatusResponse
+			err := tc.answer.decode(&out)
+			if got := status.Code(err); got != tc.want {
+				t.Errorf("code %v (%v), want %v: %s", got, err, tc.want, tc.reason)
+			}
+			if tc.want == codes.OK && out.Version != "3.7.3" {
+				t.Errorf("decoded %v, want version 3.7.3", &out)
+			}
+		})
+	}
+}
+
+func TestGRPCTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{1500 * time.Millisecond, "1500000u"},
+		{time.Nanosecond, "1u"},
+		{99 * time.Second, "99000000u"},
+		{100 * time.Second, "100000m"},
+		{30 * time.Hour, "108000S"},
+	} {
+		if got := grpcTimeout(tc.d); got != tc.want {
+			t.Errorf("grpcTimeout(%v) = %q, want %q (at most 8 digits, rounded up)", tc.d, got, tc.want)
+		}
+	}
+}
