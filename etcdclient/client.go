@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdhook/etcd-hook/membership"
@@ -154,15 +155,22 @@ func (c *cluster) membership(ctx context.Context, statuses []endpointStatus, lis
 }
 
 // readStatuses asks every endpoint for its status and, meanwhile, the
-// first endpoint for its own copy of the list.
+// first endpoint for its own copy of the list, in the same round trip as
+// its status.
 func (c *cluster) readStatuses(ctx context.Context) ([]endpointStatus, <-chan listResult) {
 	results := make(chan endpointStatus, len(c.endpoints))
-	for _, ep := range c.endpoints {
+	var listed chan listResult
+	for i, ep := range c.endpoints {
+		if i == 0 {
+			listed = make(chan listResult, 1)
+			go func() {
+				st, list := c.statusAndList(ctx, ep)
+				listed <- list
+				results <- st
+			}()
+			continue
+		}
 		go func() { results <- c.status(ctx, ep) }()
-	}
-	var listed <-chan listResult
-	if len(c.endpoints) > 0 {
-		listed = c.listAsync(ctx, c.endpoints[0], local)
 	}
 	statuses := make([]endpointStatus, 0, len(c.endpoints))
 	for range c.endpoints {
@@ -170,6 +178,44 @@ func (c *cluster) readStatuses(ctx context.Context) ([]endpointStatus, <-chan li
 	}
 	return statuses, listed
 }
+
+// statusAndList asks one endpoint for its status and its own copy of the
+// member list at once.
+func (c *cluster) statusAndList(ctx context.Context, endpoint string) (endpointStatus, listResult) {
+	st := endpointStatus{endpoint: endpoint, resp: &pb.StatusResponse{}}
+	list := listResult{resp: &clientv3.MemberListResponse{}}
+	asked := false
+	st.err = c.member(ctx, endpoint, func(ctx context.Context, cn *conn) error {
+		asked = true
+		wasUp := cn.cc.ready()
+		errs := cn.cc.invoke(ctx, []unaryCall{
+			{methodStatus, &pb.StatusRequest{}, st.resp},
+			{methodMemberList, &pb.MemberListRequest{Linearizable: false}, (*pb.MemberListResponse)(list.resp)},
+		})
+		list.err = rpctypes.Error(errs[1])
+		if errs[0] != nil && ctx.Err() != nil && wasUp {
+			// Up, yet silent: stalled, as a partition leaves a connection.
+			c.conns.discard(cn)
+		}
+		return errs[0]
+	})
+	if st.err != nil {
+		st.resp = nil
+	}
+	if !asked {
+		list.err = st.err
+	}
+	if list.err != nil {
+		list.resp = nil
+	}
+	return st, list
+}
+
+// The methods of the steady read, as etcd's generated clients name them.
+const (
+	methodStatus     = "/etcdserverpb.Maintenance/Status"
+	methodMemberList = "/etcdserverpb.Cluster/MemberList"
+)
 
 func (c *cluster) listAsync(ctx context.Context, endpoint string, read consistency) <-chan listResult {
 	listed := make(chan listResult, 1)

@@ -112,14 +112,25 @@ type h2Answer struct {
 	body                    []byte
 }
 
-// call makes one request and reads its whole answer. The context bounds it
-// through the connection's deadline. Any error leaves the connection
-// unusable: the caller closes it.
-func (h *h2conn) call(ctx context.Context, authority, path string, headers [][2]string, body []byte) (*h2Answer, error) {
-	if len(body) > h2MaxFrameSize {
-		// Every request the hook makes is a few hundred bytes; one DATA
-		// frame, inside any window a member starts with.
-		return nil, fmt.Errorf("a request of %d bytes, over %d", len(body), h2MaxFrameSize)
+// h2Request is one call: its path, headers and length-prefixed message.
+type h2Request struct {
+	path    string
+	headers [][2]string
+	body    []byte
+}
+
+// calls makes the requests at once, each on its own stream, and reads
+// every answer: a member asked for two things answers both in one round
+// trip. The context bounds them through the connection's deadline. An
+// error of the connection leaves it unusable, and the caller closes it; a
+// stream the member reset is that call's error alone (errs).
+func (h *h2conn) calls(ctx context.Context, authority string, reqs []h2Request) (answers []*h2Answer, errs []error, err error) {
+	for _, r := range reqs {
+		if len(r.body) > h2MaxFrameSize {
+			// Every request the hook makes is a few hundred bytes; one DATA
+			// frame, inside any window a member starts with.
+			return nil, nil, fmt.Errorf("a request of %d bytes, over %d", len(r.body), h2MaxFrameSize)
+		}
 	}
 	deadline, _ := ctx.Deadline()
 	_ = h.nc.SetDeadline(deadline)
@@ -136,12 +147,23 @@ func (h *h2conn) call(ctx context.Context, authority, path string, headers [][2]
 		}
 	}()
 
-	id := h.nextStream
-	h.nextStream += 2
-	if err := h.writeRequest(id, authority, path, headers, body); err != nil {
-		return nil, err
+	streams := make(map[uint32]int, len(reqs))
+	for i, r := range reqs {
+		id := h.nextStream
+		h.nextStream += 2
+		streams[id] = i
+		if err := h.writeRequest(id, authority, r.path, r.headers, r.body); err != nil {
+			return nil, nil, err
+		}
 	}
-	return h.readAnswer(id)
+	if err := h.bw.Flush(); err != nil {
+		return nil, nil, err
+	}
+	answers, errs = make([]*h2Answer, len(reqs)), make([]error, len(reqs))
+	if err := h.readAnswers(streams, answers, errs); err != nil {
+		return nil, nil, err
+	}
+	return answers, errs, nil
 }
 
 func (h *h2conn) writeRequest(id uint32, authority, path string, headers [][2]string, body []byte) error {
@@ -158,59 +180,68 @@ func (h *h2conn) writeRequest(id uint32, authority, path string, headers [][2]st
 	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hbuf.Bytes(), EndHeaders: true}); err != nil {
 		return err
 	}
-	if err := h.fr.WriteData(id, true, body); err != nil {
-		return err
-	}
-	return h.bw.Flush()
+	return h.fr.WriteData(id, true, body)
 }
 
-func (h *h2conn) readAnswer(id uint32) (*h2Answer, error) {
-	var (
-		a           h2Answer
-		gotHeaders  bool
-		streamBytes uint32
-	)
-	for {
+// readAnswers reads frames until every stream of streams (by ID, the index
+// of its answer) has ended or been reset.
+func (h *h2conn) readAnswers(streams map[uint32]int, answers []*h2Answer, errs []error) error {
+	received := make(map[uint32]uint32, len(streams)) // unacknowledged, per open stream
+	open := len(streams)
+	end := func(id uint32, err error) {
+		i := streams[id]
+		if err != nil {
+			answers[i], errs[i] = nil, err
+		}
+		delete(streams, id)
+		delete(received, id)
+		open--
+	}
+	for open > 0 {
 		f, err := h.fr.ReadFrame()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
 			if !f.IsAck() {
 				if err := h.ack(h.fr.WriteSettingsAck()); err != nil {
-					return nil, err
+					return err
 				}
 			}
 		case *http2.PingFrame:
 			if !f.IsAck() {
 				if err := h.ack(h.fr.WritePing(true, f.Data)); err != nil {
-					return nil, err
+					return err
 				}
 			}
 		case *http2.GoAwayFrame:
 			h.goingAway = true
-			if f.LastStreamID < id {
-				return nil, fmt.Errorf("%w: the member is going away (GOAWAY %v)", errNotProcessed, f.ErrCode)
+			for id := range streams {
+				if id > f.LastStreamID {
+					end(id, fmt.Errorf("%w: the member is going away (GOAWAY %v)", errNotProcessed, f.ErrCode))
+				}
 			}
 		case *http2.RSTStreamFrame:
-			if f.StreamID != id {
+			if _, ok := streams[f.StreamID]; !ok {
 				continue
 			}
 			if f.ErrCode == http2.ErrCodeRefusedStream {
-				return nil, fmt.Errorf("%w: stream refused", errNotProcessed)
+				end(f.StreamID, fmt.Errorf("%w: stream refused", errNotProcessed))
+			} else {
+				end(f.StreamID, http2.StreamError{StreamID: f.StreamID, Code: f.ErrCode})
 			}
-			return nil, http2.StreamError{StreamID: id, Code: f.ErrCode}
 		case *http2.MetaHeadersFrame:
-			if f.StreamID != id {
+			i, ok := streams[f.StreamID]
+			if !ok {
 				continue
 			}
-			if !gotHeaders {
-				gotHeaders = true
-				a.status = f.PseudoValue("status")
+			a := answers[i]
+			if a == nil {
+				a = &h2Answer{status: f.PseudoValue("status")}
+				answers[i] = a
 				for _, hf := range f.RegularFields() {
-					switch strings.ToLower(hf.Name) {
-					case "content-type":
+					if strings.EqualFold(hf.Name, "content-type") {
 						a.contentType = hf.Value
 					}
 				}
@@ -224,51 +255,47 @@ func (h *h2conn) readAnswer(id uint32) (*h2Answer, error) {
 				}
 			}
 			if f.StreamEnded() {
-				return &a, nil
+				end(f.StreamID, nil)
 			}
 		case *http2.DataFrame:
 			n := f.Header().Length
 			h.unacked += n
-			if f.StreamID == id {
-				streamBytes += n
+			if i, ok := streams[f.StreamID]; ok {
+				a := answers[i]
+				if a == nil {
+					return fmt.Errorf("stream %d: data before headers", f.StreamID)
+				}
 				if len(a.body)+len(f.Data()) > maxAnswerBytes+5 {
-					return nil, fmt.Errorf("an answer over %d bytes", maxAnswerBytes)
+					return fmt.Errorf("an answer over %d bytes", maxAnswerBytes)
 				}
 				a.body = append(a.body, f.Data()...)
 				if f.StreamEnded() {
-					return &a, h.giveBack(0, 0)
+					end(f.StreamID, nil)
+				} else if received[f.StreamID] += n; received[f.StreamID] >= h2Window/2 {
+					if err := h.fr.WriteWindowUpdate(f.StreamID, received[f.StreamID]); err != nil {
+						return err
+					}
+					received[f.StreamID] = 0
 				}
 			}
-			if err := h.giveBack(id, streamBytes); err != nil {
-				return nil, err
-			}
-			if streamBytes >= h2Window/2 {
-				streamBytes = 0
+			if err := h.giveBack(); err != nil {
+				return err
 			}
 		}
 	}
+	return nil
 }
 
-// giveBack acknowledges received data once half a window is used: on the
-// stream (while it is open) and on the connection.
-func (h *h2conn) giveBack(id, streamBytes uint32) error {
-	wrote := false
-	if id != 0 && streamBytes >= h2Window/2 {
-		if err := h.fr.WriteWindowUpdate(id, streamBytes); err != nil {
-			return err
-		}
-		wrote = true
-	}
+// giveBack acknowledges the connection's received data once half its
+// window is used (and writes any stream's acknowledgement with it).
+func (h *h2conn) giveBack() error {
 	if h.unacked >= h2Window/2 {
 		if err := h.fr.WriteWindowUpdate(0, h.unacked); err != nil {
 			return err
 		}
-		h.unacked, wrote = 0, true
+		h.unacked = 0
 	}
-	if wrote {
-		return h.bw.Flush()
-	}
-	return nil
+	return h.bw.Flush()
 }
 
 func (h *h2conn) ack(err error) error {

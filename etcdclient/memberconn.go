@@ -186,45 +186,86 @@ func (m *memberConn) Invoke(ctx context.Context, method string, args, reply any,
 	if !ok || !ok2 {
 		return status.Errorf(codes.Internal, "%s: %T and %T are not protobuf messages", method, args, reply)
 	}
-	body, headers, err := request(ctx, method, req)
-	if err != nil {
-		return err
+	return m.invoke(ctx, []unaryCall{{method, req, out}})[0]
+}
+
+// unaryCall is one call of a batch: its method, request and answer.
+type unaryCall struct {
+	method     string
+	req, reply proto.Message
+}
+
+// invoke makes the calls at once on the member's connection, in one round
+// trip; errs[i] is the i-th call's error, as Invoke's.
+func (m *memberConn) invoke(ctx context.Context, calls []unaryCall) (errs []error) {
+	errs = make([]error, len(calls))
+	failAll := func(pending []int, err error) []error {
+		for _, i := range pending {
+			errs[i] = err
+		}
+		return errs
+	}
+	pending := make([]int, len(calls))
+	reqs := make([]h2Request, len(calls))
+	for i, c := range calls {
+		body, headers, err := request(ctx, c.method, c.req)
+		if err != nil {
+			return failAll([]int{i}, err)
+		}
+		pending[i], reqs[i] = i, h2Request{path: c.method, headers: headers, body: body}
 	}
 	select {
 	case m.turn <- struct{}{}:
 		defer func() { <-m.turn }()
 	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
+		return failAll(pending, status.FromContextError(ctx.Err()).Err())
 	}
 	for {
 		h, fresh, err := m.take(ctx)
 		if err != nil {
-			return err
+			return failAll(pending, err)
 		}
-		a, err := h.call(ctx, m.host, method, headers, body)
-		var reset http2.StreamError
-		if errors.As(err, &reset) {
-			// The member ended this call alone; the connection is fine.
-			return status.Errorf(resetCode(ctx, reset.Code), "%s: %v", method, err)
+		batch := make([]h2Request, len(pending))
+		for j, i := range pending {
+			batch[j] = reqs[i]
 		}
+		answers, callErrs, err := h.calls(ctx, m.host, batch)
 		if err != nil {
 			m.drop(h)
 			switch {
 			case expired(ctx):
-				return status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
+				err = status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
 			case ctx.Err() != nil:
-				return status.FromContextError(ctx.Err()).Err()
-			case errors.Is(err, errNotProcessed) && !fresh:
-				// The member never started it: make it again, once, on a
-				// new connection.
-				continue
+				err = status.FromContextError(ctx.Err()).Err()
+			default:
+				err = status.Errorf(codes.Unavailable, "%s: %v", calls[pending[0]].method, err)
 			}
-			return status.Errorf(codes.Unavailable, "%s: %v", method, err)
+			return failAll(pending, err)
 		}
 		if h.goingAway {
 			m.drop(h)
 		}
-		return a.decode(out)
+		var again []int
+		for j, i := range pending {
+			var reset http2.StreamError
+			switch err := callErrs[j]; {
+			case err == nil:
+				errs[i] = answers[j].decode(calls[i].reply)
+			case errors.Is(err, errNotProcessed) && !fresh:
+				// The member never started it: make it again, once, on a
+				// new connection.
+				again = append(again, i)
+			case errors.As(err, &reset):
+				// The member ended this call alone; the connection is fine.
+				errs[i] = status.Errorf(resetCode(ctx, reset.Code), "%s: %v", calls[i].method, err)
+			default:
+				errs[i] = status.Errorf(codes.Unavailable, "%s: %v", calls[i].method, err)
+			}
+		}
+		if len(again) == 0 {
+			return errs
+		}
+		pending = again
 	}
 }
 

@@ -230,3 +230,72 @@ func TestGRPCTimeout(t *testing.T) {
 		}
 	}
 }
+
+// pairServer answers Status only once MemberList has arrived: a client
+// that waits for one answer before it asks the next never gets one.
+type pairServer struct {
+	pb.UnimplementedMaintenanceServer
+	pb.UnimplementedClusterServer
+	listed  chan struct{}
+	listErr error
+}
+
+func (s *pairServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	select {
+	case <-s.listed:
+		return &pb.StatusResponse{Version: "3.7.3"}, nil
+	case <-ctx.Done():
+		return nil, status.Error(codes.DeadlineExceeded, "MemberList never arrived")
+	}
+}
+
+func (s *pairServer) MemberList(context.Context, *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	close(s.listed)
+	if s.listErr != nil {
+		return nil, s.listErr
+	}
+	return &pb.MemberListResponse{Members: []*pb.Member{{ID: 1, Name: "m0"}}}, nil
+}
+
+func TestMemberConnAsksTogetherInOneRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		listErr error
+		want    codes.Code
+	}{
+		{"both answer", nil, codes.OK},
+		{"the list is refused", rpctypes.ErrGRPCMemberNotFound, codes.NotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := grpc.NewServer()
+			s := &pairServer{listed: make(chan struct{}), listErr: tc.listErr}
+			pb.RegisterMaintenanceServer(srv, s)
+			pb.RegisterClusterServer(srv, s)
+			go func() { _ = srv.Serve(ln) }()
+			defer srv.Stop()
+			m, err := newMemberConn("http://"+ln.Addr().String(), newTransport(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			var st pb.StatusResponse
+			var list pb.MemberListResponse
+			errs := m.invoke(ctx, []unaryCall{{methodStatus, &pb.StatusRequest{}, &st}, {methodMemberList, &pb.MemberListRequest{}, &list}})
+			if errs[0] != nil || st.Version != "3.7.3" {
+				t.Errorf("Status: %v, %v; want it answered while the list was asked in the same round trip", &st, errs[0])
+			}
+			if got := status.Code(errs[1]); got != tc.want {
+				t.Errorf("MemberList: %v, want %v: each call of a batch has its own answer", errs[1], tc.want)
+			}
+			if tc.want == codes.OK && len(list.Members) != 1 {
+				t.Errorf("MemberList answered %v", &list)
+			}
+		})
+	}
+}
