@@ -62,7 +62,7 @@ type transport struct {
 func newTransport(cfg *tls.Config) *transport { return &transport{tls: cfg} }
 
 func (t *transport) dial(ctx context.Context, scheme, host string) (*h2conn, error) {
-	nc, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, "tcp", host)
+	nc, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, "tcp", dialAddress(host, hostDomain()))
 	if err != nil {
 		return nil, err
 	}
