@@ -1,7 +1,6 @@
 package etcdclient
 
 import (
-	"crypto/tls"
 	"fmt"
 	"testing"
 	"time"
@@ -94,14 +93,13 @@ func TestDiscardedConnClosesWithItsLastUser(t *testing.T) {
 }
 
 func TestDialRefusesWhatItCannotCall(t *testing.T) {
-	plain, withCert := newTransport(nil), newTransport(&tls.Config{})
+	plain := newTransport(nil)
 	for _, tc := range []struct {
 		endpoint  string
 		transport *transport
 		reason    string
 	}{
 		{"https://m0.demo.ns.svc:2379", plain, "a member serving TLS, and no client certificate to call it with"},
-		{"http://m0.demo.ns.svc:2379", withCert, "a member serving plain HTTP, called with a client certificate"},
 		{"m0.demo.ns.svc:2379", plain, "no scheme"},
 		{"http://", plain, "no host"},
 		{"http://m0.demo.ns.svc", plain, "no port"},

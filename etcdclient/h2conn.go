@@ -54,6 +54,7 @@ const (
 	h2Window       = 1 << 20
 	h2MaxFrameSize = 16 << 10 // the protocol's default, which the hook keeps
 	h2BufferBytes  = 2 << 10
+	maxStreamID    = 1<<31 - 1
 )
 
 // errNotProcessed marks a call the member did not start (GOAWAY before its
@@ -151,6 +152,10 @@ func (h *h2conn) calls(ctx context.Context, authority string, reqs []h2Request) 
 	for i, r := range reqs {
 		id := h.nextStream
 		h.nextStream += 2
+		if h.nextStream > maxStreamID {
+			// Stream IDs are never reused: the next call dials afresh.
+			h.goingAway = true
+		}
 		streams[id] = i
 		if err := h.writeRequest(id, authority, r.path, r.headers, r.body); err != nil {
 			return nil, nil, err

@@ -66,7 +66,9 @@ func (t *transport) dial(ctx context.Context, scheme, host string) (*h2conn, err
 	if err != nil {
 		return nil, err
 	}
-	if t.tls != nil {
+	// A member still on plain HTTP (a cluster moving to TLS has both) is
+	// called without the certificate.
+	if scheme == "https" {
 		cfg := t.tls.Clone()
 		// The member's DNS name, which its server certificate must carry
 		// (*.<cluster>.<namespace>.svc).
@@ -105,8 +107,6 @@ func newMemberConn(endpoint string, transport *transport) (*memberConn, error) {
 		return nil, fmt.Errorf("etcd endpoint %q: want http(s)://host:port", endpoint)
 	case u.Scheme == "https" && transport.tls == nil:
 		return nil, fmt.Errorf("etcd endpoint %q serves TLS, and no client certificate is configured for it", endpoint)
-	case u.Scheme == "http" && transport.tls != nil:
-		return nil, fmt.Errorf("etcd endpoint %q serves plain HTTP, and it is called with a client certificate", endpoint)
 	case u.Port() == "":
 		return nil, fmt.Errorf("etcd endpoint %q: no port", endpoint)
 	}
@@ -151,10 +151,14 @@ func (m *memberConn) take(ctx context.Context) (h *h2conn, fresh bool, err error
 		}
 		m.drop(h)
 	}
-	h, err = m.transport.dial(ctx, m.scheme, m.host)
+	// A member that cannot be reached costs ConnectTimeout, even when its
+	// connection was up when the call began.
+	dialing, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	defer cancel()
+	h, err = m.transport.dial(dialing, m.scheme, m.host)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, false, status.FromContextError(ctx.Err()).Err()
+		if dialing.Err() != nil {
+			return nil, false, status.FromContextError(dialing.Err()).Err()
 		}
 		return nil, false, status.Errorf(codes.Unavailable, "connection error: %v", err)
 	}

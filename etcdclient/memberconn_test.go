@@ -2,6 +2,7 @@ package etcdclient
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -297,5 +298,21 @@ func TestMemberConnAsksTogetherInOneRoundTrip(t *testing.T) {
 				t.Errorf("MemberList answered %v", &list)
 			}
 		})
+	}
+}
+
+// A cluster moving to TLS has members on both schemes, and the hook calls
+// them all with the certificate it has: a plain member is called plainly.
+func TestMemberConnPlainMemberWithACertificate(t *testing.T) {
+	s := &statusServer{answer: &pb.StatusResponse{Version: "3.7.3"}}
+	plain := startStatusServer(t, s)
+	m, err := newMemberConn("http://"+plain.host, newTransport(&tls.Config{MinVersion: tls.VersionTLS12}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	got, err := pb.NewMaintenanceClient(m).Status(context.Background(), &pb.StatusRequest{})
+	if err != nil || got.Version != "3.7.3" {
+		t.Errorf("a plain member called with a certificate at hand: %v, %v", got, err)
 	}
 }
