@@ -13,10 +13,10 @@
 // Connections are shared by endpoint across clusters and kept between
 // syncs, because dialing costs more than a steady sync's reads; at most a
 // bounded number stay open while idle, so that a hook serving a thousand
-// clusters does not hold three thousand. Each is one HTTP/2 connection of
-// Go's own HTTP client carrying etcd's unary gRPC calls (memberConn): a
-// hook serving a large fleet dials most members on every sync, and a
-// grpc-go connection costs about twice as much to dial.
+// clusters does not hold three thousand. Each is one HTTP/2 connection that
+// carries etcd's unary gRPC calls (memberConn, h2conn): a hook serving a
+// large fleet dials most members on every sync, and a grpc-go connection
+// costs twice as much to dial and five goroutines to keep.
 //
 // It speaks membership's vocabulary (Member, Membership, Action) and never
 // imports a planner.

@@ -17,10 +17,10 @@ type Pool struct {
 // Defaults of NewPool.
 const (
 	// DefaultMaxIdleConns bounds the connections kept between syncs. Each
-	// costs some 23 KiB (19 KiB of heap, and the stack of its one
-	// goroutine; TestConnectionCostReport), so 256 hold about 6 MiB; a
-	// sync of a cluster whose connections were closed pays a dial per
-	// member instead.
+	// costs 7 KiB of heap (19 KiB to a TLS member) and no goroutine
+	// (TestConnectionCostReport), so 256 hold 2–5 MiB; a sync of a
+	// cluster whose connections were closed pays a dial per member
+	// instead.
 	DefaultMaxIdleConns = 256
 	// DefaultIdleTimeout closes the connections of clusters that are no
 	// longer synced, such as deleted ones.
