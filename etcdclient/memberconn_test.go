@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -33,19 +34,6 @@ func (s *statusServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.Sta
 	return s.answer, s.err
 }
 
-type countingListener struct {
-	net.Listener
-	accepted *atomic.Int64
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.accepted.Add(1)
-	}
-	return c, err
-}
-
 func startStatusServer(t *testing.T, s *statusServer) *memberConn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -54,7 +42,7 @@ func startStatusServer(t *testing.T, s *statusServer) *memberConn {
 	}
 	srv := grpc.NewServer()
 	pb.RegisterMaintenanceServer(srv, s)
-	go func() { _ = srv.Serve(countingListener{ln, &s.accepted}) }()
+	go func() { _ = srv.Serve(testenv.CountingListener{Listener: ln, Accepted: &s.accepted}) }()
 	t.Cleanup(srv.Stop)
 	m, err := newMemberConn("http://"+ln.Addr().String(), newTransport(nil))
 	if err != nil {

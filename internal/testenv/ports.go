@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Loopback is the only address a test process binds or dials: nothing a
@@ -49,4 +50,20 @@ func FreePort() (int, error) {
 		return 0, fmt.Errorf("testenv: no unused loopback port after %d tries", maxPortTries)
 	}
 	return 0, fmt.Errorf("testenv: no free loopback port after %d tries: %w", maxPortTries, lastErr)
+}
+
+// CountingListener counts the connections it accepts: each is a dial by
+// the client under test.
+type CountingListener struct {
+	net.Listener
+	Accepted *atomic.Int64
+}
+
+// Accept implements net.Listener.
+func (l CountingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.Accepted.Add(1)
+	}
+	return c, err
 }

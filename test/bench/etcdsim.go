@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
+	"github.com/etcdhook/etcd-hook/internal/testenv"
 	"github.com/etcdhook/etcd-hook/plan"
 )
 
@@ -160,7 +161,7 @@ func (s *etcdSim) serveWith(ls []net.Listener, opts ...grpc.ServerOption) {
 	pb.RegisterClusterServer(s.server, s)
 	pb.RegisterMaintenanceServer(s.server, s)
 	for _, l := range ls {
-		go func() { _ = s.server.Serve(countingListener{l, &s.accepted}) }()
+		go func() { _ = s.server.Serve(testenv.CountingListener{Listener: l, Accepted: &s.accepted}) }()
 	}
 }
 
@@ -291,19 +292,4 @@ func (s *etcdSim) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRe
 		RaftAppliedIndex: simRaftIndex,
 		RaftTerm:         simRaftTerm,
 	}, nil
-}
-
-// countingListener counts the connections it accepts: each is a dial by
-// the hook.
-type countingListener struct {
-	net.Listener
-	accepted *atomic.Int64
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.accepted.Add(1)
-	}
-	return c, err
 }
