@@ -2,6 +2,7 @@ package etcdclient
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"slices"
 
@@ -18,35 +19,22 @@ import (
 type cluster struct {
 	conns     *conns
 	endpoints []string
-	// tlsID names the client certificate, for https endpoints; transport
-	// makes connections with it (or plain ones).
-	tlsID     string
-	transport *transport
+	// tlsID and tls are the client certificate, for https endpoints.
+	tlsID string
+	tls   *tls.Config
 	// statuses are what the members said in the last Membership.
 	statuses []endpointStatus
 }
 
-// member runs fn against one endpoint's connection. A connection that is
-// not up gets ConnectTimeout to come up and answer, not the sync's whole
-// budget: a member that cannot be reached holds one of Metacontroller's
-// few workers for as long as the hook waits on it, and a reachable one
-// connects in milliseconds.
+// member runs fn against one endpoint's connection. A call that has to
+// dial is bounded by ConnectTimeout (memberConn.invoke).
 func (c *cluster) member(ctx context.Context, endpoint string, fn func(context.Context, *conn) error) error {
-	cn, err := c.conns.acquire(endpoint, c.tlsID, c.transport)
+	cn, err := c.conns.acquire(endpoint, c.tlsID, c.tls)
 	if err != nil {
 		return err
 	}
 	defer c.conns.release(cn)
-	if cn.cc.ready() {
-		return fn(ctx, cn)
-	}
-	// Not up: the call dials. A member that has just restarted (each
-	// does, in an upgrade) answers in this sync, as there is no reconnect
-	// backoff to wait out; one that is still down refuses the dial at
-	// once, and the call fails fast.
-	connecting, cancel := context.WithTimeout(ctx, ConnectTimeout)
-	defer cancel()
-	return fn(connecting, cn)
+	return fn(ctx, cn)
 }
 
 type endpointStatus struct {
@@ -64,21 +52,6 @@ func (st endpointStatus) voter() bool { return st.err == nil && st.resp != nil &
 // time is up, and the list would then be read locally and marked stale: a
 // quorum that is there reported lost.
 func (st endpointStatus) lister() bool { return st.voter() && st.resp.Leader != 0 }
-
-func (c *cluster) status(ctx context.Context, endpoint string) endpointStatus {
-	var resp *pb.StatusResponse
-	err := c.member(ctx, endpoint, func(ctx context.Context, cn *conn) error {
-		wasUp := cn.cc.ready()
-		var err error
-		resp, err = pb.NewMaintenanceClient(cn.cc).Status(ctx, &pb.StatusRequest{})
-		if err != nil && ctx.Err() != nil && wasUp {
-			// Up, yet silent: stalled, as a partition leaves a connection.
-			c.conns.discard(cn)
-		}
-		return err
-	})
-	return endpointStatus{endpoint: endpoint, resp: resp, err: err}
-}
 
 func (c *cluster) memberList(ctx context.Context, endpoint string, read consistency) (*clientv3.MemberListResponse, error) {
 	var resp *clientv3.MemberListResponse
@@ -154,48 +127,46 @@ func (c *cluster) membership(ctx context.Context, statuses []endpointStatus, lis
 	return nil, wrap("member list", listErr)
 }
 
-// readStatuses asks every endpoint for its status and, meanwhile, the
-// first endpoint for its own copy of the list, in the same round trip as
-// its status.
+// readStatuses asks every endpoint for its status and, in the same round
+// trip as its status, the first endpoint for its own copy of the list.
 func (c *cluster) readStatuses(ctx context.Context) ([]endpointStatus, <-chan listResult) {
 	results := make(chan endpointStatus, len(c.endpoints))
-	var listed chan listResult
+	listed := make(chan listResult, 1)
 	for i, ep := range c.endpoints {
-		if i == 0 {
-			listed = make(chan listResult, 1)
-			go func() {
-				st, list := c.statusAndList(ctx, ep)
+		go func() {
+			st, list := c.status(ctx, ep, i == 0)
+			if i == 0 {
 				listed <- list
-				results <- st
-			}()
-			continue
-		}
-		go func() { results <- c.status(ctx, ep) }()
+			}
+			results <- st
+		}()
 	}
 	statuses := make([]endpointStatus, 0, len(c.endpoints))
 	for range c.endpoints {
 		statuses = append(statuses, <-results)
 	}
+	if len(c.endpoints) == 0 {
+		return statuses, nil
+	}
 	return statuses, listed
 }
 
-// statusAndList asks one endpoint for its status and its own copy of the
-// member list at once.
-func (c *cluster) statusAndList(ctx context.Context, endpoint string) (endpointStatus, listResult) {
+// status asks one endpoint for its status and, with list, its own copy of
+// the member list at once.
+func (c *cluster) status(ctx context.Context, endpoint string, list bool) (endpointStatus, listResult) {
 	st := endpointStatus{endpoint: endpoint, resp: &pb.StatusResponse{}}
-	list := listResult{resp: &clientv3.MemberListResponse{}}
+	var listed listResult
+	calls := []unaryCall{{methodStatus, &pb.StatusRequest{}, st.resp}}
+	if list {
+		listed.resp = &clientv3.MemberListResponse{}
+		calls = append(calls, unaryCall{methodMemberList, &pb.MemberListRequest{Linearizable: false}, (*pb.MemberListResponse)(listed.resp)})
+	}
 	asked := false
 	st.err = c.member(ctx, endpoint, func(ctx context.Context, cn *conn) error {
 		asked = true
-		wasUp := cn.cc.ready()
-		errs := cn.cc.invoke(ctx, []unaryCall{
-			{methodStatus, &pb.StatusRequest{}, st.resp},
-			{methodMemberList, &pb.MemberListRequest{Linearizable: false}, (*pb.MemberListResponse)(list.resp)},
-		})
-		list.err = rpctypes.Error(errs[1])
-		if errs[0] != nil && ctx.Err() != nil && wasUp {
-			// Up, yet silent: stalled, as a partition leaves a connection.
-			c.conns.discard(cn)
+		errs := cn.cc.invoke(ctx, calls)
+		if list {
+			listed.err = rpctypes.Error(errs[1])
 		}
 		return errs[0]
 	})
@@ -203,12 +174,12 @@ func (c *cluster) statusAndList(ctx context.Context, endpoint string) (endpointS
 		st.resp = nil
 	}
 	if !asked {
-		list.err = st.err
+		listed.err = st.err
 	}
-	if list.err != nil {
-		list.resp = nil
+	if listed.err != nil {
+		listed.resp = nil
 	}
-	return st, list
+	return st, listed
 }
 
 // The methods of the steady read, as etcd's generated clients name them.

@@ -2,6 +2,7 @@ package etcdclient
 
 import (
 	"container/list"
+	"crypto/tls"
 	"sync"
 	"time"
 )
@@ -9,7 +10,7 @@ import (
 // conns shares one connection per member endpoint among all syncs.
 // Dialing costs more than the reads a steady sync makes, so connections
 // are kept; but a hook serving a thousand clusters cannot keep three
-// thousand (each holds buffers and goroutines), so at most max stay open
+// thousand (each holds buffers), so at most max stay open
 // and the least recently used idle ones are closed beyond that.
 type conns struct {
 	max  int
@@ -37,11 +38,11 @@ func newConns(max int, idle time.Duration) *conns {
 	return &conns{max: max, idle: idle, now: time.Now, byURL: map[string]*list.Element{}}
 }
 
-// acquire returns the endpoint's connection, made with transport if need
-// be. The dial itself is lazy: the first call on it connects. A connection made
+// acquire returns the endpoint's connection, made with cfg if need be.
+// The dial itself is lazy: the first call on it connects. A connection made
 // with another client certificate than tlsID names (one rotated since) is
 // replaced: it would go on presenting the old certificate until it broke.
-func (cs *conns) acquire(endpoint, tlsID string, transport *transport) (*conn, error) {
+func (cs *conns) acquire(endpoint, tlsID string, cfg *tls.Config) (*conn, error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	now := cs.now()
@@ -55,7 +56,7 @@ func (cs *conns) acquire(endpoint, tlsID string, transport *transport) (*conn, e
 		}
 		cs.dropLocked(el)
 	}
-	cc, err := newMemberConn(endpoint, transport)
+	cc, err := newMemberConn(endpoint, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -76,20 +77,6 @@ func (cs *conns) release(c *conn) {
 		return
 	}
 	cs.trim(cs.now())
-}
-
-// discard takes the connection out of the cache, so that the next sync
-// dials afresh. Its connection may be stalled rather than broken: after a
-// network partition heals, TCP retransmits what was sent into it only as
-// its backoff allows, tens of seconds after a long cut, and nothing pings
-// a connection between calls. Kept, it would hide a
-// member that is back from every sync until then.
-func (cs *conns) discard(c *conn) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if el, ok := cs.byURL[c.endpoint]; ok && el.Value.(*conn) == c {
-		cs.dropLocked(el)
-	}
 }
 
 // dropLocked takes a connection out of the cache; it closes now if no

@@ -1,6 +1,7 @@
 package etcdclient
 
 import (
+	"crypto/tls"
 	"fmt"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ func TestConnsKeepAtMostMaxIdle(t *testing.T) {
 	cs := newConns(4, time.Hour)
 	t.Cleanup(cs.closeAll)
 	for i := range 10 {
-		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i), "", newTransport(nil))
+		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i), "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -22,7 +23,7 @@ func TestConnsKeepAtMostMaxIdle(t *testing.T) {
 		t.Errorf("%d connections kept, want 4", got)
 	}
 	// The most recent ones are kept.
-	c, _ := cs.acquire("http://m9.demo.ns.svc:2379", "", newTransport(nil))
+	c, _ := cs.acquire("http://m9.demo.ns.svc:2379", "", nil)
 	defer cs.release(c)
 	if got := cs.len(); got != 4 {
 		t.Errorf("reusing a kept connection dialed a new one: %d kept", got)
@@ -34,7 +35,7 @@ func TestConnsNeverCloseOneInUse(t *testing.T) {
 	t.Cleanup(cs.closeAll)
 	var held []*conn
 	for i := range 3 {
-		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i), "", newTransport(nil))
+		c, err := cs.acquire(fmt.Sprintf("http://m%d.demo.ns.svc:2379", i), "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,10 +60,10 @@ func TestConnsCloseIdleOnesAfterIdleTimeout(t *testing.T) {
 	t.Cleanup(cs.closeAll)
 	now := time.Now()
 	cs.now = func() time.Time { return now }
-	old, _ := cs.acquire("http://old.demo.ns.svc:2379", "", newTransport(nil))
+	old, _ := cs.acquire("http://old.demo.ns.svc:2379", "", nil)
 	cs.release(old)
 	now = now.Add(2 * time.Minute)
-	fresh, _ := cs.acquire("http://fresh.demo.ns.svc:2379", "", newTransport(nil))
+	fresh, _ := cs.acquire("http://fresh.demo.ns.svc:2379", "", nil)
 	cs.release(fresh)
 	if got := cs.len(); got != 1 {
 		t.Errorf("%d connections kept, want only the fresh one", got)
@@ -72,40 +73,39 @@ func TestConnsCloseIdleOnesAfterIdleTimeout(t *testing.T) {
 	}
 }
 
-func TestDiscardedConnClosesWithItsLastUser(t *testing.T) {
+// A connection made with a client certificate since rotated is replaced;
+// the old one closes with its last user, not under a call in flight.
+func TestReplacedConnClosesWithItsLastUser(t *testing.T) {
 	cs := newConns(10, time.Hour)
 	t.Cleanup(cs.closeAll)
-	const ep = "http://m0.demo.ns.svc:2379"
-	c, _ := cs.acquire(ep, "", newTransport(nil))
-	cs.discard(c)
-	again, _ := cs.acquire(ep, "", newTransport(nil))
+	const ep = "https://m0.demo.ns.svc:2379"
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	c, _ := cs.acquire(ep, "secret/1", cfg)
+	again, _ := cs.acquire(ep, "secret/2", cfg)
 	defer cs.release(again)
 	if again == c {
-		t.Fatal("a discarded connection was handed out again")
+		t.Fatal("the connection of a rotated certificate was handed out again")
 	}
 	if isClosed(c) {
-		t.Error("discarded connection closed while still in use")
+		t.Error("replaced connection closed while still in use")
 	}
 	cs.release(c)
 	if !isClosed(c) {
-		t.Error("discarded connection left open after its last user, want it closed")
+		t.Error("replaced connection left open after its last user, want it closed")
 	}
 }
 
 func TestDialRefusesWhatItCannotCall(t *testing.T) {
-	plain := newTransport(nil)
 	for _, tc := range []struct {
-		endpoint  string
-		transport *transport
-		reason    string
+		endpoint, reason string
 	}{
-		{"https://m0.demo.ns.svc:2379", plain, "a member serving TLS, and no client certificate to call it with"},
-		{"m0.demo.ns.svc:2379", plain, "no scheme"},
-		{"http://", plain, "no host"},
-		{"http://m0.demo.ns.svc", plain, "no port"},
-		{"unix:///run/etcd.sock", plain, "not http(s)"},
+		{"https://m0.demo.ns.svc:2379", "a member serving TLS, and no client certificate to call it with"},
+		{"m0.demo.ns.svc:2379", "no scheme"},
+		{"http://", "no host"},
+		{"http://m0.demo.ns.svc", "no port"},
+		{"unix:///run/etcd.sock", "not http(s)"},
 	} {
-		if cc, err := newMemberConn(tc.endpoint, tc.transport); err == nil {
+		if cc, err := newMemberConn(tc.endpoint, nil); err == nil {
 			cc.Close()
 			t.Errorf("newMemberConn(%q) succeeded, want an error: %s", tc.endpoint, tc.reason)
 		}

@@ -36,7 +36,10 @@ import (
 // backoff in between.
 type memberConn struct {
 	scheme, host string
-	transport    *transport
+	// tls is the client certificate's configuration; nil for a plain
+	// cluster. A member still on plain HTTP (a cluster moving to TLS has
+	// both) is called without it.
+	tls *tls.Config
 
 	// turn admits one call at a time; a call waits for its turn within
 	// its own deadline.
@@ -49,26 +52,18 @@ type memberConn struct {
 
 var _ grpc.ClientConnInterface = (*memberConn)(nil)
 
-// transport dials the connections of one client certificate, or the plain
-// ones.
-type transport struct {
-	tls *tls.Config // nil: plain
-}
-
-func newTransport(cfg *tls.Config) *transport { return &transport{tls: cfg} }
-
-func (t *transport) dial(ctx context.Context, scheme, host string) (*h2conn, error) {
-	nc, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, "tcp", dialAddress(host, hostDomain()))
+// dial connects to the member, with a TLS handshake for https, and opens
+// HTTP/2 on the connection.
+func (m *memberConn) dial(ctx context.Context) (*h2conn, error) {
+	nc, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, "tcp", dialAddress(m.host, hostDomain()))
 	if err != nil {
 		return nil, err
 	}
-	// A member still on plain HTTP (a cluster moving to TLS has both) is
-	// called without the certificate.
-	if scheme == "https" {
-		cfg := t.tls.Clone()
+	if m.scheme == "https" {
+		cfg := m.tls.Clone()
 		// The member's DNS name, which its server certificate must carry
 		// (*.<cluster>.<namespace>.svc).
-		cfg.ServerName, _, _ = net.SplitHostPort(host)
+		cfg.ServerName, _, _ = net.SplitHostPort(m.host)
 		cfg.NextProtos = []string{"h2"}
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
@@ -77,7 +72,7 @@ func (t *transport) dial(ctx context.Context, scheme, host string) (*h2conn, err
 		}
 		nc = tc
 	}
-	h, err := newH2Conn(nc, scheme)
+	h, err := newH2Conn(nc, m.scheme)
 	if err != nil {
 		_ = nc.Close()
 		return nil, err
@@ -93,7 +88,7 @@ const (
 )
 
 // newMemberConn checks the endpoint; it dials nothing.
-func newMemberConn(endpoint string, transport *transport) (*memberConn, error) {
+func newMemberConn(endpoint string, cfg *tls.Config) (*memberConn, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("etcd endpoint %q: %w", endpoint, err)
@@ -101,20 +96,12 @@ func newMemberConn(endpoint string, transport *transport) (*memberConn, error) {
 	switch {
 	case u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
 		return nil, fmt.Errorf("etcd endpoint %q: want http(s)://host:port", endpoint)
-	case u.Scheme == "https" && transport.tls == nil:
+	case u.Scheme == "https" && cfg == nil:
 		return nil, fmt.Errorf("etcd endpoint %q serves TLS, and no client certificate is configured for it", endpoint)
 	case u.Port() == "":
 		return nil, fmt.Errorf("etcd endpoint %q: no port", endpoint)
 	}
-	return &memberConn{scheme: u.Scheme, host: u.Host, transport: transport, turn: make(chan struct{}, 1)}, nil
-}
-
-// ready reports whether the connection is up, so that a call would not
-// dial.
-func (m *memberConn) ready() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.h2 != nil
+	return &memberConn{scheme: u.Scheme, host: u.Host, tls: cfg, turn: make(chan struct{}, 1)}, nil
 }
 
 // Close closes the connection; a call in flight fails, and later ones do
@@ -147,14 +134,10 @@ func (m *memberConn) take(ctx context.Context) (h *h2conn, fresh bool, err error
 		}
 		m.drop(h)
 	}
-	// A member that cannot be reached costs ConnectTimeout, even when its
-	// connection was up when the call began.
-	dialing, cancel := context.WithTimeout(ctx, ConnectTimeout)
-	defer cancel()
-	h, err = m.transport.dial(dialing, m.scheme, m.host)
+	h, err = m.dial(ctx)
 	if err != nil {
-		if dialing.Err() != nil {
-			return nil, false, status.FromContextError(dialing.Err()).Err()
+		if ctx.Err() != nil {
+			return nil, false, status.FromContextError(ctx.Err()).Err()
 		}
 		return nil, false, status.Errorf(codes.Unavailable, "connection error: %v", err)
 	}
@@ -221,25 +204,39 @@ func (m *memberConn) invoke(ctx context.Context, calls []unaryCall) (errs []erro
 		return failAll(pending, status.FromContextError(ctx.Err()).Err())
 	}
 	for {
-		h, fresh, err := m.take(ctx)
+		// A call that dials gets ConnectTimeout for the dial and its
+		// answers, not the sync's whole budget: a member that cannot be
+		// reached holds one of Metacontroller's few workers for as long as
+		// the hook waits on it, and one that is up connects and answers in
+		// milliseconds. Its kept connection may turn out dead, too.
+		connecting, cancel := context.WithTimeout(ctx, ConnectTimeout)
+		h, fresh, err := m.take(connecting)
 		if err != nil {
+			cancel()
 			return failAll(pending, err)
+		}
+		callCtx := ctx
+		if fresh {
+			callCtx = connecting
 		}
 		batch := make([]h2Request, len(pending))
 		for j, i := range pending {
 			batch[j] = reqs[i]
 		}
-		answers, callErrs, err := h.calls(ctx, m.host, batch)
+		answers, callErrs, err := h.calls(callCtx, m.host, batch)
 		if err != nil {
+			// A connection that failed, or stalled past the deadline (as a
+			// partition leaves one), is closed: the next call dials afresh.
 			m.drop(h)
 			switch {
-			case expired(ctx):
+			case expired(callCtx):
 				err = status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
-			case ctx.Err() != nil:
-				err = status.FromContextError(ctx.Err()).Err()
+			case callCtx.Err() != nil:
+				err = status.FromContextError(callCtx.Err()).Err()
 			default:
 				err = status.Errorf(codes.Unavailable, "%s: %v", calls[pending[0]].method, err)
 			}
+			cancel()
 			return failAll(pending, err)
 		}
 		if h.goingAway {
@@ -257,11 +254,12 @@ func (m *memberConn) invoke(ctx context.Context, calls []unaryCall) (errs []erro
 				again = append(again, i)
 			case errors.As(err, &reset):
 				// The member ended this call alone; the connection is fine.
-				errs[i] = status.Errorf(resetCode(ctx, reset.Code), "%s: %v", calls[i].method, err)
+				errs[i] = status.Errorf(resetCode(callCtx, reset.Code), "%s: %v", calls[i].method, err)
 			default:
 				errs[i] = status.Errorf(codes.Unavailable, "%s: %v", calls[i].method, err)
 			}
 		}
+		cancel()
 		if len(again) == 0 {
 			return errs
 		}

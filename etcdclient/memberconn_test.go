@@ -44,7 +44,7 @@ func startStatusServer(t *testing.T, s *statusServer) *memberConn {
 	pb.RegisterMaintenanceServer(srv, s)
 	go func() { _ = srv.Serve(testenv.CountingListener{Listener: ln, Accepted: &s.accepted}) }()
 	t.Cleanup(srv.Stop)
-	m, err := newMemberConn("http://"+ln.Addr().String(), newTransport(nil))
+	m, err := newMemberConn("http://"+ln.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +56,8 @@ func TestMemberConnCallsAGRPCServer(t *testing.T) {
 	want := &pb.StatusResponse{Header: &pb.ResponseHeader{MemberId: 7, Revision: 42}, Version: "3.7.3", Leader: 7, Errors: []string{"etcdserver: mvcc: database space exceeded"}}
 	s := &statusServer{answer: want}
 	m := startStatusServer(t, s)
-	if m.ready() {
-		t.Fatal("a connection is up before any call: the dial must wait for the first one")
+	if n := s.accepted.Load(); n != 0 {
+		t.Fatalf("%d connections before any call: the dial must wait for the first one", n)
 	}
 	for range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
@@ -149,7 +149,7 @@ func TestMemberConnDownMemberFailsFast(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	m, err := newMemberConn("http://"+addr, newTransport(nil))
+	m, err := newMemberConn("http://"+addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestMemberConnAsksTogetherInOneRoundTrip(t *testing.T) {
 			pb.RegisterClusterServer(srv, s)
 			go func() { _ = srv.Serve(ln) }()
 			defer srv.Stop()
-			m, err := newMemberConn("http://"+ln.Addr().String(), newTransport(nil))
+			m, err := newMemberConn("http://"+ln.Addr().String(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -238,7 +238,7 @@ func TestMemberConnAsksTogetherInOneRoundTrip(t *testing.T) {
 func TestMemberConnPlainMemberWithACertificate(t *testing.T) {
 	s := &statusServer{answer: &pb.StatusResponse{Version: "3.7.3"}}
 	plain := startStatusServer(t, s)
-	m, err := newMemberConn("http://"+plain.host, newTransport(&tls.Config{MinVersion: tls.VersionTLS12}))
+	m, err := newMemberConn("http://"+plain.host, &tls.Config{MinVersion: tls.VersionTLS12})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,6 @@ import (
 type Pool struct {
 	conns *conns
 	tls   *tlsConfigs
-	// plain makes the connections to members without TLS.
-	plain *transport
 }
 
 // Defaults of NewPool.
@@ -33,18 +31,18 @@ func NewPool(maxIdleConns int) *Pool {
 	if maxIdleConns <= 0 {
 		maxIdleConns = DefaultMaxIdleConns
 	}
-	return &Pool{conns: newConns(maxIdleConns, DefaultIdleTimeout), tls: newTLSConfigs(maxIdleConns), plain: newTransport(nil)}
+	return &Pool{conns: newConns(maxIdleConns, DefaultIdleTimeout), tls: newTLSConfigs(maxIdleConns)}
 }
 
 // Cluster implements Dialer.
 func (p *Pool) Cluster(endpoints []string, creds *ClientTLS) (Cluster, error) {
-	c := &cluster{conns: p.conns, endpoints: slices.Sorted(slices.Values(endpoints)), transport: p.plain}
+	c := &cluster{conns: p.conns, endpoints: slices.Sorted(slices.Values(endpoints))}
 	if creds != nil {
-		transport, err := p.tls.get(creds)
+		cfg, err := p.tls.get(creds)
 		if err != nil {
 			return nil, err
 		}
-		c.tlsID, c.transport = creds.ID, transport
+		c.tlsID, c.tls = creds.ID, cfg
 	}
 	return c, nil
 }

@@ -52,33 +52,30 @@ type tlsConfigs struct {
 }
 
 type tlsEntry struct {
-	id string
-	// transport makes the connections that present this certificate.
-	transport *transport
+	id  string
+	cfg *tls.Config
 }
 
 func newTLSConfigs(max int) *tlsConfigs {
 	return &tlsConfigs{max: max, byID: map[string]*list.Element{}}
 }
 
-// get returns the transport of the client certificate m.
-func (t *tlsConfigs) get(m *ClientTLS) (*transport, error) {
+func (t *tlsConfigs) get(m *ClientTLS) (*tls.Config, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if el, ok := t.byID[m.ID]; ok {
 		t.lru.MoveToFront(el)
-		return el.Value.(*tlsEntry).transport, nil
+		return el.Value.(*tlsEntry).cfg, nil
 	}
 	cfg, err := ParseClientTLS(m.Cert, m.Key, m.CA)
 	if err != nil {
 		return nil, err
 	}
-	transport := newTransport(cfg)
-	t.byID[m.ID] = t.lru.PushFront(&tlsEntry{id: m.ID, transport: transport})
+	t.byID[m.ID] = t.lru.PushFront(&tlsEntry{id: m.ID, cfg: cfg})
 	for t.lru.Len() > t.max {
 		old := t.lru.Back()
 		t.lru.Remove(old)
 		delete(t.byID, old.Value.(*tlsEntry).id)
 	}
-	return transport, nil
+	return cfg, nil
 }
