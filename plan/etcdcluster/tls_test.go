@@ -277,6 +277,8 @@ func TestTLSChangeIsRefused(t *testing.T) {
 	}{
 		{"turned on", tlsCluster(3).Spec.TLS, plainPods(), []string{"serves plain HTTP", "cannot be turned on", "Remove spec.TLS"},
 			"members that serve plain HTTP and new ones that serve TLS cannot talk; the hook would lose them"},
+		{"turned on with auto", &v1beta2.TLSPolicy{Auto: &v1beta2.AutoTLS{}}, plainPods(), []string{"serves plain HTTP", "cannot be turned on", "Remove spec.TLS"},
+			"spec.TLS.auto on a running plain cluster is the same switch: no member moves, whatever issues the certificates"},
 		{"turned off", nil, tlsPods(tlsCluster(3).Spec.TLS), []string{`peers with Secret "etcd-peer-tls"`, "cannot be turned off"},
 			"the hook would have no certificate to call the members with"},
 		{"Secret swapped", renamed, tlsPods(tlsCluster(3).Spec.TLS), []string{`Secret "etcd-peer-tls-2"`, "cannot be swapped", "updating the Secrets in place"},

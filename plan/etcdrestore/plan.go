@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/etcdhook/etcd-hook/agent/report"
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 )
 
@@ -115,8 +116,8 @@ func Plan(o *Observed) Decision {
 		switch {
 		case !ok:
 			return set("", metav1.ConditionUnknown, ReasonSecretInvalid, fmt.Sprintf("Secret %q (spec.s3.awsSecret) does not exist in namespace %s; the restore fails unless it is created", s3.AWSSecret, r.Namespace))
-		case len(secret.Data["credentials"]) == 0 && secret.StringData["credentials"] == "":
-			return set("", metav1.ConditionUnknown, ReasonSecretInvalid, fmt.Sprintf("Secret %q (spec.s3.awsSecret) has no \"credentials\" key (the AWS shared credentials file)", s3.AWSSecret))
+		case len(secret.Data[report.CredentialsFile]) == 0 && secret.StringData[report.CredentialsFile] == "":
+			return set("", metav1.ConditionUnknown, ReasonSecretInvalid, fmt.Sprintf("Secret %q (spec.s3.awsSecret) has no %q key (the AWS shared credentials file)", s3.AWSSecret, report.CredentialsFile))
 		}
 	}
 	if b := r.Spec.Backup; b != nil {

@@ -334,6 +334,26 @@ func TestNoHarnessFileIsLong(t *testing.T) {
 	}
 }
 
+// TestNoTestFileIsLong holds every test file to maxHelperLines too: a
+// scenario file of 1,100 lines (faults, before its split) hides which test
+// covers what as surely as a long helper does.
+func TestNoTestFileIsLong(t *testing.T) {
+	root := testenv.ModuleRoot(t)
+	checked := 0
+	for _, rel := range goFiles(t, root) {
+		if !strings.HasSuffix(rel, "_test.go") {
+			continue
+		}
+		checked++
+		if n := countLines(t, filepath.Join(root, rel)); n > maxHelperLines {
+			t.Errorf("%s has %d lines, over %d: split it along its seams, each test with the helpers only it uses", rel, n, maxHelperLines)
+		}
+	}
+	if checked < 50 {
+		t.Errorf("found %d test files: the walk missed the module", checked)
+	}
+}
+
 // mayReimplement lists where the checks of TestTestenvIsTheOnlyOne do not
 // apply, each with the reason.
 var mayReimplement = []struct{ dir, reason string }{

@@ -294,6 +294,14 @@
 // Pod events and container errors (a failing probe, a
 // CreateContainerConfigError).
 //
+// NetworkPolicies are stored and answered, never enforced: every process
+// runs on the host's loopback in one network namespace, so a connection's
+// source does not tell which Pod made it, and a fence between Pods would
+// need a network namespace (and an address) per Pod. What the hook renders
+// is checked instead against the real API server (test/apiserver), and the
+// ports' isolation is what etcd's own TLS gives: the peer port refuses a
+// client certificate (TestAutoTLS).
+//
 // # Imports
 //
 // The harness imports internal/testenv (the module root, the binaries, the
