@@ -298,6 +298,9 @@ func TestTLSChangeIsRefused(t *testing.T) {
 			if diff := cmp.Diff([]string{name(0), name(1)}, podsIn(d.Children)); diff != "" {
 				t.Errorf("members (-want +got):\n%s", diff)
 			}
+			if s := childrenOf(d.Children, plan.KindSecret); len(s) > 0 {
+				t.Errorf("Secrets %v rendered for a refused change: %s", s, tc.reason)
+			}
 			deg := conditionOf(d.Status, v1beta2.ConditionDegraded)
 			if deg.Reason != ReasonTLSChangeRefused {
 				t.Errorf("Degraded reason %q, want %q (%s)", deg.Reason, ReasonTLSChangeRefused, deg.Message)
