@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,104 +30,20 @@ import (
 func TestTakeOverCoreOSCluster(t *testing.T) {
 	s := newFaultScenario(t, harness.Options{})
 	env := s.env
-	// Metacontroller is installed after the CoreOS cluster exists.
-	env.MC.Stop()
-	parent, err := env.MC.CreateParent(ns, exampleName, map[string]any{"size": 4, "version": faultVersion})
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner := harness.CoreOSOwnerRef(parent)
-	for _, svc := range harness.CoreOSServices(exampleName, ns, owner) {
-		if _, err := env.API.Create(svc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	members := []string{harness.CoreOSMemberName(exampleName)}
-	labelled := false
-	coreosPod := func(member, state, token string) {
-		t.Helper()
-		var pairs []string
-		for _, m := range members {
-			pairs = append(pairs, harness.CoreOSPeerURLPair(ns, m))
-		}
-		pod := harness.CoreOSMemberPod(exampleName, ns, member, faultVersion, pairs, state, token, owner, "")
-		if labelled {
-			// Made once the migration began: labelled as the others.
-			pod["metadata"].(map[string]any)["labels"].(map[string]any)[harness.LabelControllerUID] = uidOf(parent)
-		}
-		if _, err := env.API.Create(pod); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := env.WaitPodReady(ns, member, 90*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	coreosPod(members[0], "new", "coreos-token")
-	memberAdd := func() string {
-		t.Helper()
-		m := harness.CoreOSMemberName(exampleName)
-		cli, err := NewClient(harness.CoreOSClientURL(ns, members[0]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cli.Close()
-		// etcd refuses a member while a peer joined within its health
-		// interval ("unhealthy cluster"); the operator retried too.
-		err = env.WaitFor(30*time.Second, "MemberAdd "+m, func() (bool, string) {
-			ctx, cancel := context.WithTimeout(env.Ctx(), 5*time.Second)
-			defer cancel()
-			_, err := cli.MemberAdd(ctx, []string{harness.CoreOSPeerURL(ns, m)})
-			if err != nil {
-				return false, err.Error()
-			}
-			return true, ""
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		members = append(members, m)
-		return m
-	}
-	for range 2 {
-		coreosPod(memberAdd(), "existing", "")
-	}
-	// The operator's status, as it wrote it.
-	if _, err := env.API.UpdateStatus(harness.Ref{Type: harness.TypeEtcdCluster, Namespace: ns, Name: exampleName}, uidOf(parent), map[string]any{
-		"phase": "Running", "size": 3, "serviceName": exampleName + "-client", "clientPort": 2379, "currentVersion": faultVersion,
-		"members":    map[string]any{"ready": members},
-		"conditions": []any{map[string]any{"type": "Available", "status": "True", "reason": "Cluster available"}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	coreos := newCoreOSCluster(s, map[string]any{"size": 4, "version": faultVersion}, nil)
+	coreos.seed()
+	coreos.grow(2)
+	coreos.writeStatus(coreos.members)
 	// Stopped while scaling to 4: the member is added, its Pod not made.
-	unstarted := memberAdd()
+	unstarted := coreos.memberAdd()
+	members := coreos.members
 
 	s.startFaultWriter("coreos")
 	s.waitWrites(writesAround)
 	before := s.world(members[:3])
 	logged := len(s.loggedActions())
 
-	// The migration's step: the objects labelled as the EtcdCluster's
-	// children; then Metacontroller (and so the hook) starts.
-	uid := uidOf(parent)
-	for _, typ := range []string{harness.TypePod, harness.TypeService} {
-		for _, obj := range env.API.List(typ, ns) {
-			ref := harness.RefOf(obj)
-			if _, err := env.API.Mutate(ref, func(o harness.Object) error {
-				md, _ := o["metadata"].(map[string]any)
-				labels, _ := md["labels"].(map[string]any)
-				if labels == nil {
-					labels = map[string]any{}
-					md["labels"] = labels
-				}
-				labels[harness.LabelControllerUID] = uid
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	env.MC.Start(env.Ctx())
+	coreos.migrate()
 
 	st := s.waitParent(time.Minute, "the takeover waits for the scale the CoreOS operator left", func(st ParentStatus) bool {
 		adopted, reason := st.Condition("Adopted")
@@ -150,8 +65,7 @@ func TestTakeOverCoreOSCluster(t *testing.T) {
 	}
 
 	// Finished by hand, as the operator would have: the fourth Pod.
-	labelled = true
-	coreosPod(unstarted, "existing", "")
+	coreos.pod(unstarted, "existing", "")
 	before = s.world(members)
 	start := time.Now()
 	st = s.waitParent(time.Minute, "taken over: Adopted, Ready at 4", func(st ParentStatus) bool {

@@ -149,8 +149,11 @@ func (s *scenario) tlsMove(step string, world faultWorld, to map[string]any, ove
 
 // putWith puts one key through the client Service with that TLS
 // configuration.
-func (s *scenario) putWith(cfg *tls.Config) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.c.ServiceURL()}, TLS: cfg, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+func (s *scenario) putWith(cfg *tls.Config) error { return s.putAt(s.c.ServiceURL(), cfg) }
+
+// putAt puts a key through endpoint as a client with cfg.
+func (s *scenario) putAt(endpoint string, cfg *tls.Config) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, TLS: cfg, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}

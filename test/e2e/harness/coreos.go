@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// The objects the CoreOS etcd-operator v0.9.4 creates for a plain (non-TLS)
-// cluster, rendered as it rendered them (pkg/util/k8sutil: newEtcdPod,
+// The objects the CoreOS etcd-operator v0.9.4 creates for a cluster, plain
+// or with spec.TLS.static (CoreOSTLS), rendered as it rendered them (pkg/util/k8sutil: newEtcdPod,
 // applyPodPolicy without a pod policy, addOwnerRefToObject, NewEtcdPodPVC,
 // CreateClientService, CreatePeerService; pkg/util/etcdutil/member.go for
 // the URLs), so that a test can leave a cluster exactly as that operator
@@ -111,6 +111,40 @@ func CoreOSPeerURLPair(namespace, member string) string {
 	return member + "=" + CoreOSPeerURL(namespace, member)
 }
 
+// CoreOSTLS is an EtcdCluster's spec.TLS.static as the operator rendered
+// a member from it (SecurePeer and SecureClient both: the CRD's full TLS
+// policy): the Secrets each member mounts.
+type CoreOSTLS struct {
+	PeerSecret, ServerSecret, OperatorSecret string
+}
+
+// CoreOSTLSPeerURL is a member's peer URL with TLS, https://<addr>:2380.
+func CoreOSTLSPeerURL(namespace, member string) string {
+	return "https://" + CoreOSMemberAddr(namespace, member) + ":2380"
+}
+
+// CoreOSTLSClientURL is a member's client URL with TLS, https://<addr>:2379.
+func CoreOSTLSClientURL(namespace, member string) string {
+	return "https://" + CoreOSMemberAddr(namespace, member) + ":2379"
+}
+
+// CoreOSTLSPeerURLPair is one entry of --initial-cluster with TLS.
+func CoreOSTLSPeerURLPair(namespace, member string) string {
+	return member + "=" + CoreOSTLSPeerURL(namespace, member)
+}
+
+// The operator's mount points of the member's TLS Secrets
+// (pkg/util/k8sutil), and the operator Secret's file names
+// (pkg/util/etcdutil/tls.go), which its TLS probe reads.
+const (
+	coreosPeerTLSDir      = "/etc/etcdtls/member/peer-tls"
+	coreosServerTLSDir    = "/etc/etcdtls/member/server-tls"
+	coreosOperatorTLSDir  = "/etc/etcdtls/operator/etcd-tls"
+	coreosPeerTLSVolume   = "member-peer-tls"
+	coreosServerTLSVolume = "member-server-tls"
+	coreosOperatorVolume  = "etcd-client-tls"
+)
+
 // coreosCheckDNSScript is the check-dns script of v0.9.4, byte for byte.
 func coreosCheckDNSScript(timeout int64, addr string) string {
 	return fmt.Sprintf("\n\t\t\t\t\tTIMEOUT_READY=%d\n\t\t\t\t\twhile ( ! nslookup %s )\n\t\t\t\t\tdo\n"+
@@ -125,11 +159,15 @@ func coreosCheckDNSScript(timeout int64, addr string) string {
 		"\t\t\t\t\tdone", timeout, addr)
 }
 
-// coreosProbe is newEtcdProbe(false).
-func coreosProbe() *corev1.Probe {
+// coreosProbe is newEtcdProbe(secure).
+func coreosProbe(secure bool) *corev1.Probe {
+	cmd := "ETCDCTL_API=3 etcdctl endpoint status"
+	if secure {
+		cmd = fmt.Sprintf("ETCDCTL_API=3 etcdctl --endpoints=https://localhost:2379 --cert=%[1]s/etcd-client.crt --key=%[1]s/etcd-client.key --cacert=%[1]s/etcd-client-ca.crt endpoint status", coreosOperatorTLSDir)
+	}
 	return &corev1.Probe{
 		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-			Command: []string{"/bin/sh", "-ec", "ETCDCTL_API=3 etcdctl endpoint status"},
+			Command: []string{"/bin/sh", "-ec", cmd},
 		}},
 		InitialDelaySeconds: 10,
 		TimeoutSeconds:      10,
@@ -171,22 +209,70 @@ func coreosLabels(cluster string) map[string]string {
 // (CoreOSPeerURLPair): the seed alone with state "new", every member
 // including this one with "existing".
 func CoreOSMemberPod(cluster, namespace, member, version string, initialCluster []string, state, token string, owner OwnerRef, claim string) Object {
+	return coreosMemberPod(cluster, namespace, member, version, initialCluster, state, token, owner, claim, nil)
+}
+
+// CoreOSTLSMemberPod renders a member Pod as NewEtcdPod did for a cluster
+// with spec.TLS.static: as CoreOSMemberPod, with https peer and client
+// URLs (initialCluster's pairs from CoreOSTLSPeerURLPair), the flags
+//
+//	--peer-client-cert-auth=true --peer-trusted-ca-file=<peer dir>/peer-ca.crt
+//	--peer-cert-file=<peer dir>/peer.crt --peer-key-file=<peer dir>/peer.key
+//	--client-cert-auth=true --trusted-ca-file=<server dir>/server-ca.crt
+//	--cert-file=<server dir>/server.crt --key-file=<server dir>/server.key
+//
+// before the token, the Secrets mounted as volumes member-peer-tls
+// (/etc/etcdtls/member/peer-tls), member-server-tls
+// (/etc/etcdtls/member/server-tls) and etcd-client-tls, the operator
+// Secret (/etc/etcdtls/operator/etcd-tls): mounted after etcd-data, and
+// listed before it (AddEtcdVolumeToPod appends etcd-data last); and
+// probes that call https://localhost:2379 with the operator Secret's
+// certificate.
+func CoreOSTLSMemberPod(cluster, namespace, member, version string, initialCluster []string, state, token string, owner OwnerRef, claim string, tls CoreOSTLS) Object {
+	return coreosMemberPod(cluster, namespace, member, version, initialCluster, state, token, owner, claim, &tls)
+}
+
+func coreosMemberPod(cluster, namespace, member, version string, initialCluster []string, state, token string, owner OwnerRef, claim string, tls *CoreOSTLS) Object {
 	version = strings.TrimPrefix(version, "v")
 	addr := CoreOSMemberAddr(namespace, member)
+	scheme := "http"
+	if tls != nil {
+		scheme = "https"
+	}
 	command := fmt.Sprintf("/usr/local/bin/etcd --data-dir=%s --name=%s --initial-advertise-peer-urls=%s "+
 		"--listen-peer-urls=%s --listen-client-urls=%s --advertise-client-urls=%s "+
 		"--initial-cluster=%s --initial-cluster-state=%s",
-		"/var/etcd/data", member, "http://"+addr+":2380", "http://0.0.0.0:2380", "http://0.0.0.0:2379", "http://"+addr+":2379",
+		"/var/etcd/data", member, scheme+"://"+addr+":2380", scheme+"://0.0.0.0:2380", scheme+"://0.0.0.0:2379", scheme+"://"+addr+":2379",
 		strings.Join(initialCluster, ","), state)
+	if tls != nil {
+		command += fmt.Sprintf(" --peer-client-cert-auth=true --peer-trusted-ca-file=%[1]s/peer-ca.crt --peer-cert-file=%[1]s/peer.crt --peer-key-file=%[1]s/peer.key", coreosPeerTLSDir)
+		command += fmt.Sprintf(" --client-cert-auth=true --trusted-ca-file=%[1]s/server-ca.crt --cert-file=%[1]s/server.crt --key-file=%[1]s/server.key", coreosServerTLSDir)
+	}
 	if state == "new" {
 		command = fmt.Sprintf("%s --initial-cluster-token=%s", command, token)
 	}
-	readiness := coreosProbe()
+	readiness := coreosProbe(tls != nil)
 	readiness.InitialDelaySeconds, readiness.TimeoutSeconds, readiness.PeriodSeconds, readiness.FailureThreshold = 1, 5, 5, 3
 	vol := corev1.Volume{Name: "etcd-data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 	if claim != "" {
 		vol.VolumeSource = corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}
 	}
+	var volumes []corev1.Volume
+	mounts := []corev1.VolumeMount{{Name: "etcd-data", MountPath: "/var/etcd"}}
+	if tls != nil {
+		secret := func(name, secretName string) corev1.Volume {
+			return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secretName}}}
+		}
+		mounts = append(mounts,
+			corev1.VolumeMount{MountPath: coreosPeerTLSDir, Name: coreosPeerTLSVolume},
+			corev1.VolumeMount{MountPath: coreosServerTLSDir, Name: coreosServerTLSVolume},
+			corev1.VolumeMount{MountPath: coreosOperatorTLSDir, Name: coreosOperatorVolume})
+		volumes = append(volumes,
+			secret(coreosPeerTLSVolume, tls.PeerSecret),
+			secret(coreosServerTLSVolume, tls.ServerSecret),
+			secret(coreosOperatorVolume, tls.OperatorSecret))
+	}
+	volumes = append(volumes, vol)
 	pod := corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -209,12 +295,12 @@ func CoreOSMemberPod(cluster, namespace, member, version string, initialCluster 
 					{Name: "server", ContainerPort: 2380, Protocol: corev1.ProtocolTCP},
 					{Name: "client", ContainerPort: 2379, Protocol: corev1.ProtocolTCP},
 				},
-				VolumeMounts:   []corev1.VolumeMount{{Name: "etcd-data", MountPath: "/var/etcd"}},
-				LivenessProbe:  coreosProbe(),
+				VolumeMounts:   mounts,
+				LivenessProbe:  coreosProbe(tls != nil),
 				ReadinessProbe: readiness,
 			}},
 			RestartPolicy:                corev1.RestartPolicyNever,
-			Volumes:                      []corev1.Volume{vol},
+			Volumes:                      volumes,
 			Hostname:                     member,
 			Subdomain:                    cluster,
 			AutomountServiceAccountToken: new(false),

@@ -86,6 +86,64 @@ func TestCoreOSMemberPod(t *testing.T) {
 	}
 }
 
+// TestCoreOSTLSMemberPod: a member of a cluster with spec.TLS.static, as
+// newEtcdPod rendered it with SecurePeer and SecureClient, written out from
+// the source: https URLs, the certificate flags before the token, the
+// Secrets mounted after etcd-data and listed before it, the TLS probe.
+func TestCoreOSTLSMemberPod(t *testing.T) {
+	const member = "example-bcdfghjklm"
+	probe := `{"exec": {"command": ["/bin/sh", "-ec", "ETCDCTL_API=3 etcdctl --endpoints=https://localhost:2379 --cert=/etc/etcdtls/operator/etcd-tls/etcd-client.crt --key=/etc/etcdtls/operator/etcd-tls/etcd-client.key --cacert=/etc/etcdtls/operator/etcd-tls/etcd-client-ca.crt endpoint status"]}, `
+	want := obj(`{
+  "apiVersion": "v1", "kind": "Pod",
+  "metadata": {
+    "name": "example-bcdfghjklm", "namespace": "default",
+    "annotations": {"etcd.version": "3.6.16"},
+    "labels": {"app": "etcd", "etcd_cluster": "example", "etcd_node": "example-bcdfghjklm"},
+    "ownerReferences": [{"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster", "name": "example", "uid": "uid-1", "controller": true}]
+  },
+  "spec": {
+    "automountServiceAccountToken": false,
+    "hostname": "example-bcdfghjklm",
+    "subdomain": "example",
+    "restartPolicy": "Never",
+    "initContainers": [{
+      "name": "check-dns", "image": "busybox:1.28.0-glibc", "resources": {},
+      "command": ["/bin/sh", "-c", "\n\t\t\t\t\tTIMEOUT_READY=0\n\t\t\t\t\twhile ( ! nslookup example-bcdfghjklm.example.default.svc )\n\t\t\t\t\tdo\n\t\t\t\t\t\t# If TIMEOUT_READY is 0 we should never time out and exit \n\t\t\t\t\t\tTIMEOUT_READY=$(( TIMEOUT_READY-1 ))\n                        if [ $TIMEOUT_READY -eq 0 ];\n\t\t\t\t        then\n\t\t\t\t            echo \"Timed out waiting for DNS entry\"\n\t\t\t\t            exit 1\n\t\t\t\t        fi\n\t\t\t\t\t\tsleep 1\n\t\t\t\t\tdone"]
+    }],
+    "containers": [{
+      "name": "etcd", "image": "quay.io/coreos/etcd:v3.6.16", "resources": {},
+      "command": ["/usr/local/bin/etcd", "--data-dir=/var/etcd/data", "--name=example-bcdfghjklm",
+        "--initial-advertise-peer-urls=https://example-bcdfghjklm.example.default.svc:2380",
+        "--listen-peer-urls=https://0.0.0.0:2380", "--listen-client-urls=https://0.0.0.0:2379",
+        "--advertise-client-urls=https://example-bcdfghjklm.example.default.svc:2379",
+        "--initial-cluster=example-bcdfghjklm=https://example-bcdfghjklm.example.default.svc:2380", "--initial-cluster-state=new",
+        "--peer-client-cert-auth=true", "--peer-trusted-ca-file=/etc/etcdtls/member/peer-tls/peer-ca.crt",
+        "--peer-cert-file=/etc/etcdtls/member/peer-tls/peer.crt", "--peer-key-file=/etc/etcdtls/member/peer-tls/peer.key",
+        "--client-cert-auth=true", "--trusted-ca-file=/etc/etcdtls/member/server-tls/server-ca.crt",
+        "--cert-file=/etc/etcdtls/member/server-tls/server.crt", "--key-file=/etc/etcdtls/member/server-tls/server.key",
+        "--initial-cluster-token=tok"],
+      "ports": [{"name": "server", "containerPort": 2380, "protocol": "TCP"}, {"name": "client", "containerPort": 2379, "protocol": "TCP"}],
+      "volumeMounts": [{"name": "etcd-data", "mountPath": "/var/etcd"},
+        {"name": "member-peer-tls", "mountPath": "/etc/etcdtls/member/peer-tls"},
+        {"name": "member-server-tls", "mountPath": "/etc/etcdtls/member/server-tls"},
+        {"name": "etcd-client-tls", "mountPath": "/etc/etcdtls/operator/etcd-tls"}],
+      "livenessProbe": ` + probe + `"initialDelaySeconds": 10, "timeoutSeconds": 10, "periodSeconds": 60, "failureThreshold": 3},
+      "readinessProbe": ` + probe + `"initialDelaySeconds": 1, "timeoutSeconds": 5, "periodSeconds": 5, "failureThreshold": 3}
+    }],
+    "volumes": [
+      {"name": "member-peer-tls", "secret": {"secretName": "etcd-peer-tls"}},
+      {"name": "member-server-tls", "secret": {"secretName": "etcd-server-tls"}},
+      {"name": "etcd-client-tls", "secret": {"secretName": "etcd-client-tls"}},
+      {"name": "etcd-data", "emptyDir": {}}]
+  }
+}`)
+	got := CoreOSTLSMemberPod("example", "default", member, "3.6.16", []string{CoreOSTLSPeerURLPair("default", member)}, "new", "tok", coreosOwner, "",
+		CoreOSTLS{PeerSecret: "etcd-peer-tls", ServerSecret: "etcd-server-tls", OperatorSecret: "etcd-client-tls"})
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the TLS seed (-want +got):\n%s", diff)
+	}
+}
+
 func TestCoreOSServicesAndClaim(t *testing.T) {
 	owner := `"ownerReferences": [{"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster", "name": "example", "uid": "uid-1", "controller": true}]`
 	meta := `"labels": {"app": "etcd", "etcd_cluster": "example"}, "annotations": {"service.alpha.kubernetes.io/tolerate-unready-endpoints": "true"}, ` + owner
@@ -124,6 +182,9 @@ func TestCoreOSNames(t *testing.T) {
 		{"the peer URL", CoreOSPeerURL("ns", "db-x2"), "http://db-x2.db.ns.svc:2380"},
 		{"the client URL", CoreOSClientURL("ns", "db-x2"), "http://db-x2.db.ns.svc:2379"},
 		{"an --initial-cluster pair", CoreOSPeerURLPair("ns", "db-x2"), "db-x2=http://db-x2.db.ns.svc:2380"},
+		{"the peer URL with TLS", CoreOSTLSPeerURL("ns", "db-x2"), "https://db-x2.db.ns.svc:2380"},
+		{"the client URL with TLS", CoreOSTLSClientURL("ns", "db-x2"), "https://db-x2.db.ns.svc:2379"},
+		{"an --initial-cluster pair with TLS", CoreOSTLSPeerURLPair("ns", "db-x2"), "db-x2=https://db-x2.db.ns.svc:2380"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

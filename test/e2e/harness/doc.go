@@ -217,14 +217,17 @@
 // # The CoreOS etcd-operator's clusters
 //
 // coreos.go renders the objects the CoreOS etcd-operator v0.9.4 created for
-// a cluster without TLS, as it rendered them: CoreOSServices (<cluster>-client
-// and the headless <cluster>), CoreOSMemberPod (check-dns, the etcd command
-// with --initial-cluster-state new or existing, the exec probes,
-// restartPolicy Never, an emptyDir or a claim named after the member) and
-// CoreOSMemberClaim, with the owner reference of CoreOSOwnerRef (controller,
-// no blockOwnerDeletion) and no controller-uid label, plus the names and
-// URLs (CoreOSMemberName, CoreOSMemberAddr, CoreOSPeerURL, CoreOSClientURL,
-// CoreOSPeerURLPair). The operator made a cluster of a seed Pod with state
+// a cluster, as it rendered them: CoreOSServices (<cluster>-client and the
+// headless <cluster>), CoreOSMemberPod (check-dns, the etcd command with
+// --initial-cluster-state new or existing, the exec probes, restartPolicy
+// Never, an emptyDir or a claim named after the member), CoreOSTLSMemberPod
+// (the same with spec.TLS.static: https URLs, the certificate flags, the
+// three Secrets mounted under /etc/etcdtls, probes with the operator's
+// certificate) and CoreOSMemberClaim, with the owner reference of
+// CoreOSOwnerRef (controller, no blockOwnerDeletion) and no controller-uid
+// label, plus the names and URLs (CoreOSMemberName, CoreOSMemberAddr,
+// CoreOSPeerURL, CoreOSClientURL, CoreOSPeerURLPair, and their CoreOSTLS
+// forms). The operator made a cluster of a seed Pod with state
 // new, then for each further member an etcd MemberAdd of its peer URL
 // followed by its Pod with state existing listing every member. Its
 // Services carry service.alpha.kubernetes.io/tolerate-unready-endpoints,
