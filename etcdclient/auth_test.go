@@ -2,8 +2,6 @@ package etcdclient_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"testing"
 	"time"
 
@@ -74,16 +72,11 @@ func TestAuthSteps(t *testing.T) {
 	}
 
 	// The user's certificate: its prefix, and nothing else.
-	app, err := ca.Issue(tlstest.LeafOptions{CommonName: "app", Usage: tlstest.Client})
+	pair, err := ca.ClientPair("app")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := app.KeyPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &tls.Config{RootCAs: x509.NewCertPool(), Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
-	cfg.RootCAs.AddCert(ca.Cert)
+	cfg := ca.ClientConfig(pair)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: ec.Endpoints(), TLS: cfg, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

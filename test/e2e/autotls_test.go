@@ -310,11 +310,7 @@ func (s *scenario) autoTLSRefusesStrangers(trust *secretTrust) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stranger, err := other.Issue(tlstest.LeafOptions{CommonName: "stranger", Usage: tlstest.Client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	strangerPair, err := stranger.KeyPair()
+	strangerPair, err := other.ClientPair("stranger")
 	if err != nil {
 		t.Fatal(err)
 	}

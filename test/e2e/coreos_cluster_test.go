@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
@@ -165,4 +168,60 @@ func (c *coreosCluster) migrate() {
 	}
 	c.labelled = true
 	env.MC.Start(env.Ctx())
+}
+
+// waitTakenOver waits for the hook to take the cluster over as it is
+// (Adopted, Ready with every member) and checks that nothing moved: the
+// Pods and member IDs of before, no restart, and no membership change
+// among the hook's logged actions past the first logged. It reports
+// whether the takeover happened.
+func (c *coreosCluster) waitTakenOver(before faultWorld, logged int) bool {
+	s, t := c.s, c.s.t
+	t.Helper()
+	n := len(c.members)
+	start := time.Now()
+	st := s.waitParent(time.Minute, fmt.Sprintf("taken over: Adopted, Ready at %d", n), func(st ParentStatus) bool {
+		adopted, _ := st.Condition("Adopted")
+		ready, _ := st.Condition("Ready")
+		return adopted == "True" && ready == "True" && st.ReadyMembers == n
+	})
+	if t.Failed() {
+		return false
+	}
+	t.Logf("taken over in %s: %s", time.Since(start).Round(100*time.Millisecond), st.ConditionMessage("Adopted"))
+	s.checkWorld("taken over", before, c.members)
+	for _, p := range s.c.Pods() {
+		if p.Restarts != 0 {
+			t.Errorf("taken over: member %s restarted %d times", p.Name, p.Restarts)
+		}
+	}
+	for _, a := range s.loggedActions()[logged:] {
+		t.Errorf("the takeover changed the membership: %+v", a)
+	}
+	return true
+}
+
+// moveToHookPods asks for the move onto the hook's own Pods (the rollout
+// annotation) and waits until no member runs on a Pod the CoreOS operator
+// made: no Adopted condition, Ready with size members. It reports whether
+// the move ended.
+func (c *coreosCluster) moveToHookPods(size int) bool {
+	s, t := c.s, c.s.t
+	t.Helper()
+	if _, err := s.env.MC.AnnotateParent(ns, exampleName, "etcd.database.coreos.com/rollout", "moved"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s.waitParent(5*time.Minute, fmt.Sprintf("every member on the hook's Pods: no Adopted condition, Ready at %d", size), func(st ParentStatus) bool {
+		adopted, _ := st.Condition("Adopted")
+		ready, _ := st.Condition("Ready")
+		names := s.c.PodNames()
+		return adopted == "" && ready == "True" && st.ReadyMembers == size && len(names) == size &&
+			!slices.ContainsFunc(names, func(n string) bool { return slices.Contains(c.members, n) })
+	})
+	if t.Failed() {
+		return false
+	}
+	t.Logf("moved onto the hook's Pods in %s: %s", time.Since(start).Round(100*time.Millisecond), strings.Join(s.c.PodNames(), ", "))
+	return true
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,24 +66,8 @@ func TestTakeOverCoreOSCluster(t *testing.T) {
 	// Finished by hand, as the operator would have: the fourth Pod.
 	coreos.pod(unstarted, "existing", "")
 	before = s.world(members)
-	start := time.Now()
-	st = s.waitParent(time.Minute, "taken over: Adopted, Ready at 4", func(st ParentStatus) bool {
-		adopted, _ := st.Condition("Adopted")
-		ready, _ := st.Condition("Ready")
-		return adopted == "True" && ready == "True" && st.ReadyMembers == 4
-	})
-	if t.Failed() {
+	if !coreos.waitTakenOver(before, logged) {
 		return
-	}
-	t.Logf("taken over in %s: %s", time.Since(start).Round(100*time.Millisecond), st.ConditionMessage("Adopted"))
-	s.checkWorld("taken over", before, members)
-	for _, p := range s.c.Pods() {
-		if p.Restarts != 0 {
-			t.Errorf("taken over: member %s restarted %d times", p.Name, p.Restarts)
-		}
-	}
-	for _, a := range s.loggedActions()[logged:] {
-		t.Errorf("the takeover changed the membership: %+v", a)
 	}
 
 	// Scaled by the hook, the CoreOS members untouched.
@@ -102,22 +85,9 @@ func TestTakeOverCoreOSCluster(t *testing.T) {
 	}
 	t.Logf("scaled to 5: %s", strings.Join(s.c.PodNames(), ", "))
 
-	if !testing.Short() {
-		// The move onto the hook's Pods, when the user asks for it.
-		if _, err := env.MC.AnnotateParent(ns, exampleName, "etcd.database.coreos.com/rollout", "moved"); err != nil {
-			t.Fatal(err)
-		}
-		start = time.Now()
-		s.waitParent(5*time.Minute, "every member on the hook's Pods: no Adopted condition, Ready at 5", func(st ParentStatus) bool {
-			adopted, _ := st.Condition("Adopted")
-			ready, _ := st.Condition("Ready")
-			names := s.c.PodNames()
-			return adopted == "" && ready == "True" && st.ReadyMembers == 5 && len(names) == 5 && !slices.ContainsFunc(names, func(n string) bool { return slices.Contains(members, n) })
-		})
-		if t.Failed() {
-			return
-		}
-		t.Logf("moved onto the hook's Pods in %s: %s", time.Since(start).Round(100*time.Millisecond), strings.Join(s.c.PodNames(), ", "))
+	// The move onto the hook's Pods, when the user asks for it.
+	if !testing.Short() && !coreos.moveToHookPods(5) {
+		return
 	}
 	s.verifyWrites(fmt.Sprintf("the CoreOS cluster taken over (%d members)", len(s.c.PodNames())))
 }

@@ -2,11 +2,8 @@ package e2e
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"slices"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/etcdhook/etcd-hook/internal/tlstest"
 	"github.com/etcdhook/etcd-hook/test/e2e/harness"
@@ -38,17 +35,11 @@ func TestTakeOverCoreOSTLSCluster(t *testing.T) {
 	putSecret(t, env, tlsPeerSecret, secrets.Peer)
 	putSecret(t, env, tlsServerSecret, secrets.Server)
 	putSecret(t, env, tlsOperatorSecret, secrets.Client)
-	app, err := ca.Issue(tlstest.LeafOptions{CommonName: "app", Usage: tlstest.Client})
+	app, err := ca.ClientPair("app")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := app.KeyPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
-	t.Cleanup(UseClientTLS(exampleName, ns, &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}))
+	t.Cleanup(UseClientTLS(exampleName, ns, ca.ClientConfig(app)))
 
 	coreos := newCoreOSCluster(s, map[string]any{"size": 3, "version": faultVersion, "TLS": tlsSpec},
 		&harness.CoreOSTLS{PeerSecret: tlsPeerSecret, ServerSecret: tlsServerSecret, OperatorSecret: tlsOperatorSecret})
@@ -61,45 +52,13 @@ func TestTakeOverCoreOSTLSCluster(t *testing.T) {
 	s.waitWrites(writesAround)
 	before := s.world(members)
 	logged := len(s.loggedActions())
-	noCert := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	noCert := ca.ClientConfig()
 	s.checkCertificateRequired("run by the CoreOS operator", members, noCert)
 
 	coreos.migrate()
-	start := time.Now()
-	st := s.waitParent(time.Minute, "taken over: Adopted, Ready at 3", func(st ParentStatus) bool {
-		adopted, _ := st.Condition("Adopted")
-		ready, _ := st.Condition("Ready")
-		return adopted == "True" && ready == "True" && st.ReadyMembers == 3
-	})
-	if t.Failed() {
+	if !coreos.waitTakenOver(before, logged) || !coreos.moveToHookPods(3) {
 		return
 	}
-	t.Logf("taken over in %s: %s", time.Since(start).Round(100*time.Millisecond), st.ConditionMessage("Adopted"))
-	s.checkWorld("taken over", before, members)
-	for _, p := range s.c.Pods() {
-		if p.Restarts != 0 {
-			t.Errorf("taken over: member %s restarted %d times", p.Name, p.Restarts)
-		}
-	}
-	for _, a := range s.loggedActions()[logged:] {
-		t.Errorf("the takeover changed the membership: %+v", a)
-	}
-
-	// The move onto the hook's Pods, when the user asks for it.
-	if _, err := env.MC.AnnotateParent(ns, exampleName, "etcd.database.coreos.com/rollout", "moved"); err != nil {
-		t.Fatal(err)
-	}
-	start = time.Now()
-	s.waitParent(5*time.Minute, "every member on the hook's Pods: no Adopted condition, Ready at 3", func(st ParentStatus) bool {
-		adopted, _ := st.Condition("Adopted")
-		ready, _ := st.Condition("Ready")
-		names := s.c.PodNames()
-		return adopted == "" && ready == "True" && st.ReadyMembers == 3 && len(names) == 3 && !slices.ContainsFunc(names, func(n string) bool { return slices.Contains(members, n) })
-	})
-	if t.Failed() {
-		return
-	}
-	t.Logf("moved onto the hook's Pods in %s: %s", time.Since(start).Round(100*time.Millisecond), strings.Join(s.c.PodNames(), ", "))
 	for _, name := range s.c.PodNames() {
 		pod, ok := env.API.Get(harness.Ref{Type: harness.TypePod, Namespace: ns, Name: name})
 		if !ok {

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -36,17 +34,11 @@ func TestEveryLineTakesTheRenderedCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app, err := ca.Issue(tlstest.LeafOptions{CommonName: "app", Usage: tlstest.Client})
+	app, err := ca.ClientPair("app")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := app.KeyPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
-	appTLS := &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	appTLS := ca.ClientConfig(app)
 
 	const quota = 64 << 20
 	type variant struct {

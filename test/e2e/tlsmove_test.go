@@ -38,11 +38,7 @@ func TestTLSMovesBetweenStaticAndAuto(t *testing.T) {
 	// operator Secret mounted: the hook's while it exists, else the user's.
 	trust := &secretTrust{env: s.env, secret: exampleName + "-operator-tls", fallback: tlsOperatorSecret}
 	t.Cleanup(UseClientTLS(exampleName, ns, trust.config()))
-	app, err := ca.Issue(tlstest.LeafOptions{CommonName: "app", Usage: tlstest.Client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appPair, err := app.KeyPair()
+	appPair, err := ca.ClientPair("app")
 	if err != nil {
 		t.Fatal(err)
 	}

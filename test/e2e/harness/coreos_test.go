@@ -17,9 +17,10 @@ import (
 
 var coreosOwner = OwnerRef{APIVersion: "etcd.database.coreos.com/v1beta2", Kind: "EtcdCluster", Name: "example", UID: "uid-1", Controller: true}
 
-// coreosPodJSON is a member Pod of v0.9.4 as newEtcdPod renders it, written
-// out from the source; %s are the parts the cases change.
-const coreosPodJSON = `{
+// coreosPodHeadJSON is what every member Pod of v0.9.4 shares up to its
+// containers, for the member example-bcdfghjklm of the cluster example:
+// its metadata and the check-dns init container.
+const coreosPodHeadJSON = `{
   "apiVersion": "v1", "kind": "Pod",
   "metadata": {
     "name": "example-bcdfghjklm", "namespace": "default",
@@ -36,7 +37,11 @@ const coreosPodJSON = `{
       "name": "check-dns", "image": "busybox:1.28.0-glibc", "resources": {},
       "command": ["/bin/sh", "-c", "\n\t\t\t\t\tTIMEOUT_READY=0\n\t\t\t\t\twhile ( ! nslookup example-bcdfghjklm.example.default.svc )\n\t\t\t\t\tdo\n\t\t\t\t\t\t# If TIMEOUT_READY is 0 we should never time out and exit \n\t\t\t\t\t\tTIMEOUT_READY=$(( TIMEOUT_READY-1 ))\n                        if [ $TIMEOUT_READY -eq 0 ];\n\t\t\t\t        then\n\t\t\t\t            echo \"Timed out waiting for DNS entry\"\n\t\t\t\t            exit 1\n\t\t\t\t        fi\n\t\t\t\t\t\tsleep 1\n\t\t\t\t\tdone"]
     }],
-    "containers": [{
+`
+
+// coreosPodJSON is a member Pod of v0.9.4 as newEtcdPod renders it, written
+// out from the source; %s are the parts the cases change.
+const coreosPodJSON = coreosPodHeadJSON + `    "containers": [{
       "name": "etcd", "image": "quay.io/coreos/etcd:v3.6.16", "resources": {},
       "command": ["/usr/local/bin/etcd", "--data-dir=/var/etcd/data", "--name=example-bcdfghjklm",
         "--initial-advertise-peer-urls=http://example-bcdfghjklm.example.default.svc:2380",
@@ -93,24 +98,7 @@ func TestCoreOSMemberPod(t *testing.T) {
 func TestCoreOSTLSMemberPod(t *testing.T) {
 	const member = "example-bcdfghjklm"
 	probe := `{"exec": {"command": ["/bin/sh", "-ec", "ETCDCTL_API=3 etcdctl --endpoints=https://localhost:2379 --cert=/etc/etcdtls/operator/etcd-tls/etcd-client.crt --key=/etc/etcdtls/operator/etcd-tls/etcd-client.key --cacert=/etc/etcdtls/operator/etcd-tls/etcd-client-ca.crt endpoint status"]}, `
-	want := obj(`{
-  "apiVersion": "v1", "kind": "Pod",
-  "metadata": {
-    "name": "example-bcdfghjklm", "namespace": "default",
-    "annotations": {"etcd.version": "3.6.16"},
-    "labels": {"app": "etcd", "etcd_cluster": "example", "etcd_node": "example-bcdfghjklm"},
-    "ownerReferences": [{"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster", "name": "example", "uid": "uid-1", "controller": true}]
-  },
-  "spec": {
-    "automountServiceAccountToken": false,
-    "hostname": "example-bcdfghjklm",
-    "subdomain": "example",
-    "restartPolicy": "Never",
-    "initContainers": [{
-      "name": "check-dns", "image": "busybox:1.28.0-glibc", "resources": {},
-      "command": ["/bin/sh", "-c", "\n\t\t\t\t\tTIMEOUT_READY=0\n\t\t\t\t\twhile ( ! nslookup example-bcdfghjklm.example.default.svc )\n\t\t\t\t\tdo\n\t\t\t\t\t\t# If TIMEOUT_READY is 0 we should never time out and exit \n\t\t\t\t\t\tTIMEOUT_READY=$(( TIMEOUT_READY-1 ))\n                        if [ $TIMEOUT_READY -eq 0 ];\n\t\t\t\t        then\n\t\t\t\t            echo \"Timed out waiting for DNS entry\"\n\t\t\t\t            exit 1\n\t\t\t\t        fi\n\t\t\t\t\t\tsleep 1\n\t\t\t\t\tdone"]
-    }],
-    "containers": [{
+	want := obj(coreosPodHeadJSON + `    "containers": [{
       "name": "etcd", "image": "quay.io/coreos/etcd:v3.6.16", "resources": {},
       "command": ["/usr/local/bin/etcd", "--data-dir=/var/etcd/data", "--name=example-bcdfghjklm",
         "--initial-advertise-peer-urls=https://example-bcdfghjklm.example.default.svc:2380",
