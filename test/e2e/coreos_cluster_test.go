@@ -78,9 +78,11 @@ func (c *coreosCluster) pod(member, state, token string) {
 	for _, m := range c.members {
 		pairs = append(pairs, m+"="+c.peerURL(m))
 	}
-	pod := harness.CoreOSMemberPod(exampleName, ns, member, faultVersion, pairs, state, token, c.owner, "")
+	var pod harness.Object
 	if c.tls != nil {
 		pod = harness.CoreOSTLSMemberPod(exampleName, ns, member, faultVersion, pairs, state, token, c.owner, "", *c.tls)
+	} else {
+		pod = harness.CoreOSMemberPod(exampleName, ns, member, faultVersion, pairs, state, token, c.owner, "")
 	}
 	if c.labelled {
 		pod["metadata"].(map[string]any)["labels"].(map[string]any)[harness.LabelControllerUID] = uidOf(c.parent)
