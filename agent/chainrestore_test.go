@@ -189,11 +189,18 @@ var cmpIgnoreTTL = cmp.Transformer("noTTL", func(kv kvAt) kvAt { kv.TTL = 0; ret
 func TestRestoreChainRefuses(t *testing.T) {
 	r := newArchiveRig(t)
 	key := bytes.Repeat([]byte{9}, archive.KeySize)
+	// Writes before the archiver starts, so that its first snapshot is
+	// above revision 1 and "before the oldest" has a revision to ask for.
+	// Without them the snapshot may be taken at revision 1 itself.
+	r.writes(t, "/early", 5)
 	run := r.start(t, func(o *ArchiveOptions) { o.Key = key })
 	last := r.writes(t, "/a", 100)
 	waitStored(t, run.a, last)
 	run.stop()
 	h, _ := r.stored(t, key)
+	if oldest := h.Snapshots[0].From; oldest <= 1 {
+		t.Fatalf("the oldest snapshot is at revision %d: the test needs one above revision 1", oldest)
+	}
 	damaged := t.TempDir()
 	damagedStore, err := NewFileStore(damaged, "backups")
 	if err != nil {
