@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -47,6 +48,10 @@ func (c *cluster) maintain(ctx context.Context, a membership.Action) ([]membersh
 			return compact(ctx, cn, a.Revision)
 		case membership.ActionDisarmAlarm:
 			return disarmNoSpace(ctx, cn)
+		case membership.ActionRaiseFence:
+			return fence(ctx, cn, pb.AlarmRequest_ACTIVATE)
+		case membership.ActionLiftFence:
+			return fence(ctx, cn, pb.AlarmRequest_DEACTIVATE)
 		case membership.ActionEnableDowngrade:
 			return enableDowngrade(ctx, cn, a.Version)
 		case membership.ActionCancelDowngrade:
@@ -184,6 +189,20 @@ func disarmNoSpace(ctx context.Context, cn *conn) error {
 		if err != nil {
 			return wrap(fmt.Sprintf("disarm NOSPACE of member %x", am.MemberID), err)
 		}
+	}
+	return nil
+}
+
+// fence raises or lifts the hook's write fence: etcd's CORRUPT alarm
+// under membership.FenceMemberID. Both are idempotent in etcd: raising an
+// alarm that stands, or lifting one that does not, changes nothing. The
+// alarm is a raft entry, so once the member that took the request answers,
+// it has applied every write committed before the fence.
+func fence(ctx context.Context, cn *conn, action pb.AlarmRequest_AlarmAction) error {
+	mc := pb.NewMaintenanceClient(cn.cc)
+	_, err := mc.Alarm(ctx, &pb.AlarmRequest{Action: action, MemberID: membership.FenceMemberID, Alarm: pb.AlarmType_CORRUPT})
+	if err != nil {
+		return wrap(strings.ToLower(action.String())+" the write fence", err)
 	}
 	return nil
 }

@@ -17,6 +17,11 @@ const (
 	ActionDefragment  ActionType = "defragment"
 	ActionDisarmAlarm ActionType = "disarm-nospace"
 
+	// The hook's write fence (alarm.go): etcd's CORRUPT alarm under
+	// FenceMemberID, raised before a final backup and lifted after.
+	ActionRaiseFence ActionType = "raise-fence"
+	ActionLiftFence  ActionType = "lift-fence"
+
 	// etcd's downgrade protocol (see downgrade.go): they change the cluster
 	// version, never the membership.
 	ActionEnableDowngrade ActionType = "downgrade-enable"
@@ -27,7 +32,7 @@ const (
 // rather than changing the membership.
 func (t ActionType) Maintenance() bool {
 	switch t {
-	case ActionCompact, ActionDefragment, ActionDisarmAlarm, ActionEnableDowngrade, ActionCancelDowngrade:
+	case ActionCompact, ActionDefragment, ActionDisarmAlarm, ActionRaiseFence, ActionLiftFence, ActionEnableDowngrade, ActionCancelDowngrade:
 		return true
 	}
 	return t.Auth()
@@ -86,6 +91,10 @@ func (a Action) String() string {
 		return fmt.Sprintf("defragment member %s (%x)", a.Name, a.MemberID)
 	case ActionDisarmAlarm:
 		return "disarm the NOSPACE alarm"
+	case ActionRaiseFence:
+		return fmt.Sprintf("fence off writes (raise the CORRUPT alarm as member %x)", FenceMemberID)
+	case ActionLiftFence:
+		return "lift the write fence (disarm the hook's CORRUPT alarm)"
 	case ActionEnableDowngrade:
 		return "validate and enable etcd's downgrade to " + a.Version
 	case ActionCancelDowngrade:

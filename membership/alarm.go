@@ -80,3 +80,34 @@ func compareUint(a, b uint64) int {
 func HasAlarm(alarms []Alarm, typ string) bool {
 	return slices.ContainsFunc(alarms, func(a Alarm) bool { return a.Type == typ })
 }
+
+// FenceMemberID is the member ID under which the hook raises etcd's
+// CORRUPT alarm to fence off writes before a final backup (a hibernation
+// through a backup). etcd then refuses every write that goes through raft
+// (puts, deletes, transactions, compactions, lease grants and revokes)
+// and still serves reads, Status and snapshots. etcd's own member IDs are
+// hashes of a member's URLs and a time, so none is this: an alarm under it
+// is the hook's fence and nothing else. The alarm is in the final backup
+// too, so a cluster restored from one starts fenced until the hook lifts
+// it (or a person runs "etcdctl alarm disarm").
+//
+// Its bytes spell "etcdhook" ("etcdhook" in ASCII, big-endian), so that
+// "etcdctl alarm list" shows a recognisable hex ID.
+const FenceMemberID uint64 = 0x65746364686f6f6b
+
+// Fence is the alarm the hook raises as its fence.
+var Fence = Alarm{MemberID: FenceMemberID, Type: AlarmCorrupt}
+
+// Fenced reports whether the hook's fence is among alarms.
+func Fenced(alarms []Alarm) bool {
+	return slices.Contains(alarms, Fence)
+}
+
+// WithoutFence is alarms less the hook's fence: the alarms etcd itself
+// raised.
+func WithoutFence(alarms []Alarm) []Alarm {
+	if !Fenced(alarms) {
+		return alarms
+	}
+	return slices.DeleteFunc(slices.Clone(alarms), func(a Alarm) bool { return a == Fence })
+}

@@ -272,6 +272,10 @@ type BackupRun struct {
 	// one; the retry backoff grows with it.
 	// +optional
 	ConsecutiveFailures int `json:"consecutiveFailures,omitempty"`
+	// Request is the hibernation whose final backup the run takes: the
+	// EtcdCluster's status.hibernation.request.
+	// +optional
+	Request string `json:"request,omitempty"`
 }
 
 // BackupChain is what a continuous backup's archiver reports of the chain

@@ -50,9 +50,17 @@ type ClusterSpec struct {
 	// CPU or memory until this is false again, when the same members come
 	// back on the same claims, with the same IDs. It needs
 	// pod.persistentVolumeClaimSpec: on an emptyDir a member's data goes
-	// with its Pod, and the hook refuses to hibernate.
+	// with its Pod, and the hook refuses to hibernate unless
+	// hibernation.backup names an EtcdBackup to take a final backup with.
 	// +optional
 	Hibernated bool `json:"hibernated,omitempty"`
+
+	// Hibernation says how a cluster whose members keep their data on an
+	// emptyDir hibernates: through a final backup, taken with writes
+	// fenced and verified before any member Pod goes, and restored when
+	// the cluster wakes.
+	// +optional
+	Hibernation *HibernationPolicy `json:"hibernation,omitempty"`
 
 	// Paused stops every change to children and membership; status still
 	// reports what is observed.

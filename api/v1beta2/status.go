@@ -130,6 +130,11 @@ type ClusterStatus struct {
 	// +optional
 	Storage *StorageStatus `json:"storage,omitempty"`
 
+	// Hibernation is where a hibernation through a final backup stands
+	// (spec.hibernation), and the backup that waking restores.
+	// +optional
+	Hibernation *HibernationStatus `json:"hibernation,omitempty"`
+
 	// TLS reports the certificates the members and the hook use, with
 	// spec.TLS.
 	// +optional
