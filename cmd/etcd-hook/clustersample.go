@@ -42,7 +42,8 @@ func (s *clusterSample) addMembership(ms *membership.Membership) {
 		s.dbSize = max(s.dbSize, float64(mem.DBSize))
 		s.dbInUse = max(s.dbInUse, float64(mem.DBSizeInUse))
 	}
-	for _, a := range ms.Alarms() {
+	// The hook's own write fence (a hibernation's) is not corruption.
+	for _, a := range membership.WithoutFence(ms.Alarms()) {
 		s.nospace = s.nospace || a.Type == membership.AlarmNoSpace
 		s.corrupt = s.corrupt || a.Type == membership.AlarmCorrupt
 	}

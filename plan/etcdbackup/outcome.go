@@ -40,7 +40,7 @@ func (p *planner) followRuns() runState {
 		// A run whose start the status never recorded (its write was
 		// lost): it is the current run all the same.
 		last = &v1beta2.BackupRun{Name: current.Name, Generation: runGeneration(current), Start: current.CreationTimestamp,
-			ConsecutiveFailures: p.failures()}
+			ConsecutiveFailures: p.failures(), Request: current.Annotations[AnnotationRequest]}
 		p.status.LastRun = last
 	}
 	switch {
@@ -82,7 +82,7 @@ func (p *planner) missingRun() runState {
 		p.record(last, report.BackupResult{Reason: fmt.Sprintf("the backup Pod %s is gone and reported no result", last.Name)})
 		return ended
 	}
-	p.children = append(p.children, plan.Child{Kind: plan.KindPod, Name: last.Name, Object: p.runPod(last.Name, t)})
+	p.children = append(p.children, plan.Child{Kind: plan.KindPod, Name: last.Name, Object: p.runPod(last.Name, t, last.Request)})
 	p.progressing = cond{metav1.ConditionTrue, ReasonRunning, "backup " + last.Name + " is running"}
 	p.resync = resyncRunning
 	return running

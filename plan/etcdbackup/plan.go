@@ -145,7 +145,11 @@ func (p *planner) maybeStart(mayStart bool) {
 		p.block(reason, msg)
 		return
 	}
-	due, why := p.nextDue()
+	request := p.finalRequest()
+	if p.holdForHibernation(request) {
+		return
+	}
+	due, why := p.nextDue(request)
 	if due.IsZero() {
 		p.progressing = cond{metav1.ConditionFalse, ReasonDone, why}
 		return
@@ -159,9 +163,9 @@ func (p *planner) maybeStart(mayStart bool) {
 	p.status.LastRun = &v1beta2.BackupRun{
 		Name: name, Generation: p.o.Backup.Generation,
 		Start:               metav1.NewTime(p.o.Now.UTC().Truncate(time.Second)),
-		ConsecutiveFailures: p.failures(),
+		ConsecutiveFailures: p.failures(), Request: request,
 	}
-	p.children = append(p.children, plan.Child{Kind: plan.KindPod, Name: name, Object: p.runPod(name, t)})
+	p.children = append(p.children, plan.Child{Kind: plan.KindPod, Name: name, Object: p.runPod(name, t, request)})
 	p.progressing = cond{metav1.ConditionTrue, ReasonRunning, "backup " + name + " started: " + why}
 	p.resync = resyncRunning
 }
@@ -188,11 +192,17 @@ func (p *planner) block(reason, msg string) {
 }
 
 // nextDue says when the next run is due and why; zero when none ever is
-// (a one-shot backup that succeeded for this generation).
-func (p *planner) nextDue() (time.Time, string) {
+// (a one-shot backup that succeeded for this generation). A final backup
+// a hibernating cluster asks for (request) is due at once, then as the
+// retries of any failed run.
+func (p *planner) nextDue(request string) (time.Time, string) {
 	b, last := p.o.Backup, p.status.LastRun
 	interval := time.Duration(p.policy().BackupIntervalInSecond) * time.Second
 	switch {
+	case request != "" && (last == nil || last.Request != request):
+		return p.o.Now, fmt.Sprintf("the final backup before EtcdCluster %s hibernates (request %s)", b.Spec.ClusterName, request)
+	case request != "" && last.Succeeded:
+		return time.Time{}, fmt.Sprintf("the final backup before EtcdCluster %s hibernates is taken (request %s)", b.Spec.ClusterName, request)
 	case last == nil && interval == 0 && p.status.Succeeded && p.status.LastSuccessDate != nil:
 		// A one-shot backup another operator took (the CoreOS backup
 		// operator writes only these fields): running it again would

@@ -31,7 +31,9 @@ const (
 // runPod renders one run: the agent with the S3 Secret (or the claim)
 // and the client certificate's Secret mounted, no Kubernetes credentials,
 // nothing written but its result.
-func (p *planner) runPod(name string, t runTarget) *corev1.Pod {
+//
+// A final backup (request) is named as a periodic one and prunes nothing.
+func (p *planner) runPod(name string, t runTarget, request string) *corev1.Pod {
 	b := p.o.Backup
 	args := []string{
 		"backup",
@@ -43,7 +45,10 @@ func (p *planner) runPod(name string, t runTarget) *corev1.Pod {
 	}
 	destArgs, volume, mount := p.destination()
 	args = append(args, destArgs...)
-	if pol := p.policy(); pol.BackupIntervalInSecond > 0 {
+	switch pol := p.policy(); {
+	case request != "":
+		args = append(args, "--periodic", "--max-backups=0")
+	case pol.BackupIntervalInSecond > 0:
 		args = append(args, "--periodic", fmt.Sprintf("--max-backups=%d", pol.MaxBackups))
 	}
 	no, yes := false, true
@@ -87,6 +92,9 @@ func (p *planner) runPod(name string, t runTarget) *corev1.Pod {
 			}},
 			Volumes: []corev1.Volume{volume},
 		},
+	}
+	if request != "" {
+		pod.Annotations = map[string]string{AnnotationRequest: request}
 	}
 	addClientTLS(pod, t.tls)
 	return pod

@@ -1,7 +1,6 @@
 package etcdcluster
 
 import (
-	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -35,11 +34,14 @@ const (
 // goes together, the leader among it, so that no member runs on without a
 // quorum behind it and no election happens on the way down. A Pod whose
 // deletion is under way counts as running until it is gone.
+//
+// On an emptyDir, the Pods go only once a final backup holds their data
+// (hibernatebackup.go).
 func (p *planner) hibernate() Decision {
-	if pol := p.spec.Pod; pol == nil || pol.PersistentVolumeClaimSpec == nil {
-		return p.frozen(ReasonHibernationRefused, "spec.hibernated is true, and the members keep their data on an emptyDir, which goes with their Pods: "+
-			"hibernating would lose the cluster's data, so it is left running as it is. Hibernation needs spec.pod.persistentVolumeClaimSpec: "+
-			"restore a backup into a cluster that has it")
+	if !p.spec.Persistent() {
+		if d, done := p.hibernateThroughBackup(); !done {
+			return d
+		}
 	}
 	if len(p.o.Pods) == 0 {
 		return p.hibernated()
@@ -112,8 +114,7 @@ func (p *planner) hibernationVictims() (stopping map[string]bool, waiting []stri
 // is Ready (kstatus Current) and not Available.
 func (p *planner) hibernated() Decision {
 	children := p.withClaims(p.commonChildren())
-	msg := fmt.Sprintf("spec.hibernated: no member runs; the data of %d members waits on their claims (%s). Set spec.hibernated to false to bring them back",
-		len(p.o.PVCs), strings.Join(sorted(keysOf(p.o.PVCs)), ", "))
+	msg := p.hibernatedMessage()
 	r := observation{
 		phase:       v1beta2.PhaseHibernated,
 		reason:      msg,

@@ -77,8 +77,18 @@ const (
 // that stays in alarm keeps a status that does not change.
 func (p *planner) alarmProblems() []problem {
 	alarms := p.o.Membership.Alarms()
+	var out []problem
+	if membership.Fenced(alarms) {
+		// The hook's own (hibernatebackup.go): while hibernating it is the
+		// step under way, which the hibernation reports; otherwise it is
+		// lifted as the first step.
+		alarms = membership.WithoutFence(alarms)
+		if !p.spec.Hibernated {
+			out = append(out, problem{ReasonWritesFenced, fmt.Sprintf("the hook's write fence stands (etcd's CORRUPT alarm as member %x, raised for a final backup before hibernating): etcd refuses every write until the hook lifts it, its first step once a quorum answers", membership.FenceMemberID)})
+		}
+	}
 	if len(alarms) == 0 {
-		return nil
+		return out
 	}
 	raisedBy := map[string][]string{}
 	var types []string
@@ -88,7 +98,6 @@ func (p *planner) alarmProblems() []problem {
 		}
 		raisedBy[a.Type] = append(raisedBy[a.Type], p.alarmMemberName(a.MemberID))
 	}
-	var out []problem
 	for _, t := range types {
 		members := strings.Join(raisedBy[t], ", ")
 		switch t {

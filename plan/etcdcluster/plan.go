@@ -111,6 +111,9 @@ type planner struct {
 	// leftAuto: the members moved from spec.TLS.auto's Secrets to
 	// spec.TLS.static's, so the hook's are answered no more.
 	leftAuto bool
+	// hib is status.hibernation as a hibernation through a final backup
+	// planned it this sync; see hibernatebackup.go.
+	hib *v1beta2.HibernationStatus
 	// firstSeed is SeedName of the cluster's first seed, once computed:
 	// a plan asks for it several times, and it is a SHA-256.
 	firstSeed string

@@ -34,6 +34,8 @@ func (p *planner) restoreRequested() *restoreRequest {
 		req = p.restoreObjectRequest(p.o.RestoreRequest)
 	case p.spec.Restore != nil && (p.rec == nil || !p.rec.Bootstrapped):
 		req = p.resolve("spec.restore/"+sourceHash(*p.spec.Restore), "spec.restore", *p.spec.Restore)
+	case p.hibernationRestoreDue():
+		req = p.hibernationRestore()
 	case p.autoRestoreDue():
 		req = p.resolve("autoRestore/"+p.rec.SeedMember, "spec.disasterRecovery.autoRestore", v1beta2.RestoreSource{Backup: &v1beta2.BackupRef{Name: p.newest.EtcdBackup}})
 	default:

@@ -88,6 +88,8 @@ var severity = map[string]int{
 	ReasonRestoreRefused:      2,
 	ReasonChildrenNotObserved: 2,
 	ReasonCorrupt:             2,
+	ReasonFinalBackupFailed:   2,
+	ReasonWritesFenced:        3,
 	ReasonQuorumLost:          3,
 	ReasonNoSpace:             3,
 	ReasonDeadMember:          4,
@@ -149,6 +151,7 @@ func (p *planner) status(r observation) v1beta2.ClusterStatus {
 		NewestBackup:       p.newest,
 		Housekeeping:       p.housekeepingRecord(),
 		Storage:            p.storageStatus(),
+		Hibernation:        p.hibernationRecord(),
 	}
 	st.TLS = p.tlsStatus()
 	st.Auth = p.authStatus(nil)

@@ -137,6 +137,10 @@ func (p *planner) nextStep(views []memberView, upgrade upgradeState, rollout rol
 		return blockedStep(ReasonQuorumLost, "no membership change is made without a quorum and a leader")
 	}
 	leader := p.leaderView(views)
+	// Before anything else: etcd refuses every write behind the fence.
+	if step, ok := p.liftFence(leader); ok {
+		return step
+	}
 
 	// A learner is the member the previous step added. It is promoted once
 	// caught up, or removed if it can never start.
