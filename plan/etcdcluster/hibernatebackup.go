@@ -211,6 +211,10 @@ func (p *planner) hibernationRestoreDue() bool {
 		return false
 	}
 	id := hibernationRestorePrefix + h.Request
+	if p.rec != nil && p.rec.Restore != nil && p.rec.Restore.Request == id {
+		// Committed: the restored members hold the data now.
+		return false
+	}
 	for _, pod := range p.o.Pods {
 		if pod.Annotations[AnnotationRestoreRequest] != id && !podFinished(pod) {
 			// A member that still runs holds the data: it is woken as it is.

@@ -175,6 +175,10 @@ func TestHibernateThroughFinalBackup(t *testing.T) {
 			t.Errorf("woken: the seed's fetch %q lacks %s", fetch, want)
 		}
 	}
+	apply := strings.Join(renderedPod(d.Children, pods[0]).Spec.InitContainers[1].Command, " ")
+	if strings.Contains(apply, "--bump-revision") || strings.Contains(apply, "--mark-compacted") {
+		t.Errorf("woken: the restore %q lifts the revision: the final backup holds the last revision handed out, so watchers resume across it", apply)
+	}
 	if d.Status.Hibernation == nil {
 		t.Error("woken: the record went before the restore it drives")
 	}
@@ -256,5 +260,35 @@ func TestEtcdCorruptionIsNotTheFence(t *testing.T) {
 	}
 	if stalled := conditionOf(d.Status, v1beta2.ConditionStalled); stalled.Reason != ReasonCorrupt {
 		t.Errorf("Stalled %s, want %s", stalled.Reason, ReasonCorrupt)
+	}
+}
+
+// TestWokenFromFinalBackup: once the restore of the final backup is
+// committed, its members hold the data: the fence the backup carried is
+// lifted, the record goes, and nothing is restored again.
+func TestWokenFromFinalBackup(t *testing.T) {
+	o := fenced(hibernatingOnEmptyDir())
+	o.Cluster.Spec.Hibernated = false
+	id := hibernationRestorePrefix + "demo/1"
+	o.Cluster.Status.Hibernation = &v1beta2.HibernationStatus{Backup: finalBackupName, Request: "demo/1", FencedRevision: 42, Revision: 42,
+		Source: &v1beta2.ResolvedSource{S3: &v1beta2.S3BackupSource{Path: "bucket/demo.db_v42", AWSSecret: "aws"}}}
+	o.Cluster.Status.Bootstrap = &v1beta2.BootstrapStatus{SeedMember: name(0), Bootstrapped: true,
+		Restore: &v1beta2.RestoreRecord{Request: id}}
+	for _, pod := range o.Pods {
+		pod.Annotations[AnnotationRestoreRequest], pod.Annotations[AnnotationSeedMember] = id, name(0)
+	}
+	d := Plan(o)
+	if d.Action == nil || d.Action.Type != membership.ActionLiftFence {
+		t.Fatalf("restored behind the fence the backup holds: action %v, want the fence lifted", d.Action)
+	}
+	if got := podsIn(d.Children); len(got) != 3 {
+		t.Errorf("member Pods %v, want the 3 restored members and no new seed: the committed restore is not made again", got)
+	}
+	for i := range o.Membership.Members {
+		o.Membership.Members[i].Errors = nil
+	}
+	o.Cluster.Status = d.Status
+	if d := Plan(o); d.Status.Hibernation != nil || d.Action != nil {
+		t.Errorf("restored, fence lifted: status.hibernation %+v, action %v; want neither", d.Status.Hibernation, d.Action)
 	}
 }

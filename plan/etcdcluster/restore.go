@@ -123,7 +123,7 @@ func (p *planner) planRestore(req *restoreRequest) Decision {
 		}
 		// The restored history starts there: a restore after it, even
 		// one before any of its members was seen, must start above it.
-		rec.RevisionSeen = max(rec.RevisionSeen, roundRevision(restoredRevision(p.spec.Version, status.Revision, replaced)))
+		rec.RevisionSeen = max(rec.RevisionSeen, roundRevision(restoredRevision(p.spec.Version, req.id, status.Revision, replaced)))
 		// A snapshot object's sha256 pins it for every member; a chain's
 		// state is rebuilt and checked by each (Chain.Resolved pins it).
 		if fetch.result.SHA256 != "" && rec.Restore.Source.Chain == nil {

@@ -65,16 +65,22 @@ const (
 	AnnotationReplacedRevision = v1beta2.Group + "/replaced-revision"
 )
 
-// bumpsRevision: --bump-revision and --mark-compacted came with etcd 3.5.10.
-func bumpsRevision(version string) bool {
+// bumpsRevision says whether the restore for request lifts the revision:
+// --bump-revision and --mark-compacted came with etcd 3.5.10.
+//
+// The final backup of a hibernation is restored as it is: it was taken
+// behind the write fence, so it holds the last revision the history ever
+// handed out, and a watcher resumes across the hibernation as across a
+// restart, without a re-list.
+func bumpsRevision(version, request string) bool {
 	v, _ := parseVersion(strings.TrimPrefix(version, "v"))
-	return !v.less(semver{3, 5, 10})
+	return !v.less(semver{3, 5, 10}) && !strings.HasPrefix(request, hibernationRestorePrefix)
 }
 
 // restoredRevision is the revision the store restored from a snapshot at
 // snapshot starts at, given the replaced history's revision.
-func restoredRevision(version string, snapshot, replaced int64) int64 {
-	if !bumpsRevision(version) {
+func restoredRevision(version, request string, snapshot, replaced int64) int64 {
+	if !bumpsRevision(version, request) {
 		return snapshot
 	}
 	return max(snapshot, replaced) + BumpRevision
@@ -266,7 +272,7 @@ func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta
 		"--initial-cluster-token="+in.token,
 		"--initial-advertise-peer-urls="+peer,
 	)
-	if bumpsRevision(version) {
+	if bumpsRevision(version, request) {
 		apply = append(apply, fmt.Sprintf("--bump-revision=%d", BumpRevision), "--mark-compacted")
 		// Left out when 0, so that seeds rendered before the flag existed
 		// render the same.
@@ -307,7 +313,7 @@ func (p *planner) addRestoreSteps(pod *corev1.Pod, in memberPodInput, src v1beta
 	}
 	pod.Spec.Volumes = append(pod.Spec.Volumes, volumes...)
 	pod.Annotations[AnnotationRestoreRequest] = request
-	if replaced > 0 && bumpsRevision(version) {
+	if replaced > 0 && bumpsRevision(version, request) {
 		pod.Annotations[AnnotationReplacedRevision] = strconv.FormatInt(replaced, 10)
 	}
 }

@@ -282,6 +282,18 @@ type ParentStatus struct {
 			Resizing  string `json:"resizing"`
 		} `json:"claims"`
 	} `json:"storage"`
+	Hibernation *struct {
+		Backup         string `json:"backup"`
+		Request        string `json:"request"`
+		FencedRevision int64  `json:"fencedRevision"`
+		Revision       int64  `json:"revision"`
+		Source         *struct {
+			SHA256 string `json:"sha256"`
+			S3     *struct {
+				Path string `json:"path"`
+			} `json:"s3"`
+		} `json:"source"`
+	} `json:"hibernation"`
 	Auth *struct {
 		Enabled bool     `json:"enabled"`
 		Users   []string `json:"users"`
