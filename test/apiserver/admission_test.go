@@ -86,6 +86,8 @@ var invalidClusters = []struct {
 		want: []string{`spec.auth: Invalid value: spec.auth.roles: root is etcd's built-in role and cannot be declared`}},
 	{name: "auth-prefix-and-range", spec: `{size: 3, TLS: {auto: {}}, auth: {enabled: true, roles: [{name: r, permissions: [{key: /a, prefix: true, rangeEnd: /b, type: read}]}]}}`,
 		want: []string{`spec.auth.roles[0].permissions[0]: Invalid value: spec.auth.roles.permissions: prefix and rangeEnd cannot be combined`}},
+	{name: "hibernation-backup-empty", spec: `{size: 3, hibernated: true, hibernation: {backup: ""}}`,
+		want: []string{`spec.hibernation.backup: Invalid value: "": spec.hibernation.backup in body should be at least 1 chars long`}},
 	{name: "name-too-long", objName: strings.Repeat("a", 57), spec: `{size: 3}`,
 		want: []string{`<nil>: Invalid value: metadata.name must be at most 56 characters: it names the member Pods (<name>-<5 characters>) and the Service <name>-client, which must be DNS labels of at most 63 characters`}},
 	{name: "name-not-dns-label", objName: "etcd.example", spec: `{size: 3}`,
@@ -163,6 +165,7 @@ var validClusters = []struct{ name, spec string }{
 	{name: "tls-peer-only", spec: `{size: 3, TLS: {static: {member: {peerSecret: etcd-peer-tls}}}}`},
 	{name: "spread-strict", spec: `{size: 3, pod: {spread: strict}}`},
 	{name: "hibernated", spec: `{size: 3, hibernated: true, pod: {persistentVolumeClaimSpec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}}`},
+	{name: "hibernated-through-backup", spec: `{size: 3, hibernated: true, hibernation: {backup: nightly}}`},
 }
 
 // testAccepted: the schema does not refuse what the hook accepts.
