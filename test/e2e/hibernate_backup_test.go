@@ -31,7 +31,6 @@ const (
 //     backup holds is lifted, and every acknowledged write is there. The
 //     one-shot's own object is untouched throughout.
 func TestHibernateThroughFinalBackup(t *testing.T) {
-	longTail(t, "hibernation on claims is TestHibernateOnClaims; this one adds a restore")
 	// The cluster's customize hook relates its EtcdBackups, whose status
 	// reports the final backup; the backups' relates the cluster, whose
 	// status asks for it.

@@ -17,6 +17,7 @@ import (
 // Woken, the same members come back on the same claims with the same IDs,
 // with no membership change, and every acknowledged write is there.
 func TestHibernateOnClaims(t *testing.T) {
+	longTail(t, "the stop order is TestHibernateThroughFinalBackup's too (the same planner step), and waking on claims is the path of TestFaultAllPodsDeletedWithPVCs")
 	s := newFaultScenario(t, harness.Options{})
 	s.createSpec("hibernate: create, size 3, on claims", map[string]any{"size": 3, "version": faultVersion, "pod": map[string]any{
 		"persistentVolumeClaimSpec": map[string]any{
