@@ -54,6 +54,7 @@ func (p *planner) hibernate() Decision {
 		}
 	}
 	children = p.withClaims(children)
+	plan.SortChildren(children)
 	r := p.observe()
 	msg := "spec.hibernated: stopping " + strings.Join(sorted(keysOf(stopping)), ", ")
 	if len(stopping) == 0 {
@@ -114,6 +115,7 @@ func (p *planner) hibernationVictims() (stopping map[string]bool, waiting []stri
 // is Ready (kstatus Current) and not Available.
 func (p *planner) hibernated() Decision {
 	children := p.withClaims(p.commonChildren())
+	plan.SortChildren(children)
 	msg := p.hibernatedMessage()
 	r := observation{
 		phase:       v1beta2.PhaseHibernated,

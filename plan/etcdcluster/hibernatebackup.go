@@ -102,6 +102,12 @@ func (p *planner) hibernateThroughBackup() (d Decision, done bool) {
 	for _, m := range ms.Members {
 		h.FencedRevision = max(h.FencedRevision, m.Revision)
 	}
+	if h.FencedRevision == 0 {
+		// No member said how far it got: the backup could not be checked
+		// against it.
+		h.Request = ""
+		return p.held(ReasonFencing, "spec.hibernated: writes are fenced; waiting for a member to report its revision before the final backup"), false
+	}
 	if refused != "" {
 		return p.finalBackupFailed(refused), false
 	}
