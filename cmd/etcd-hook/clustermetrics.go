@@ -181,7 +181,9 @@ func (m *objectMetrics) recordBackup(o *etcdbackup.Observed, d etcdbackup.Decisi
 		s.lastSuccess = t.Time
 	}
 	s.interval = 0
-	if p := b.Spec.BackupPolicy; p != nil {
+	if p := b.Spec.BackupPolicy; p != nil && !heldForHibernation(d.Status.Conditions) {
+		// Absent while the cluster hibernates: no run is due, so an age
+		// past two intervals is no alert (EtcdBackupTooOld).
 		s.interval = float64(p.BackupIntervalInSecond)
 	}
 	s.ready = conditionTrue(d.Status.Conditions, v1beta2.ConditionReady)
@@ -200,6 +202,17 @@ func (m *objectMetrics) recordRestore(o *etcdrestore.Observed, d etcdrestore.Dec
 	}
 	s.ready = conditionTrue(d.Status.Conditions, v1beta2.ConditionReady)
 	s.failed = conditionTrue(d.Status.Conditions, v1beta2.ConditionStalled)
+}
+
+// heldForHibernation: the EtcdBackup takes no run while its cluster
+// hibernates.
+func heldForHibernation(conds []v1beta2.ClusterCondition) bool {
+	for _, c := range conds {
+		if c.Type == v1beta2.ConditionProgressing {
+			return c.Reason == etcdbackup.ReasonClusterHibernated
+		}
+	}
+	return false
 }
 
 func conditionTrue(conds []v1beta2.ClusterCondition, t v1beta2.ConditionType) bool {
@@ -254,7 +267,7 @@ var (
 
 	descBackupLastSuccess = objectDesc("etcd_backup_last_success_timestamp_seconds", "Time the EtcdBackup last stored a backup.")
 	descBackupAge         = objectDesc("etcd_backup_age_seconds", "Seconds since the EtcdBackup last stored a backup, at scrape time.")
-	descBackupInterval    = objectDesc("etcd_backup_interval_seconds", "The EtcdBackup's spec.backupPolicy.backupIntervalInSecond; absent for a one-shot backup.")
+	descBackupInterval    = objectDesc("etcd_backup_interval_seconds", "The EtcdBackup's spec.backupPolicy.backupIntervalInSecond; absent for a one-shot backup, and while its cluster hibernates.")
 	descBackupReady       = objectDesc("etcd_backup_ready", "1 when the EtcdBackup's Ready condition is True: its last run succeeded.")
 	descBackupStalled     = objectDesc("etcd_backup_stalled", "1 when the EtcdBackup's Stalled condition is True: its runs cannot succeed without a person.")
 

@@ -294,6 +294,13 @@ func TestBackupAndRestoreSeries(t *testing.T) {
 		}
 	}
 
+	// Its cluster hibernates: no run is due, so no interval for the
+	// too-old alert to measure against.
+	postJSON(t, srv.URL+"/backup/sync", strings.Replace(backupBody, `"spec":{"size":3}`, `"spec":{"size":3,"hibernated":true}`, 1))
+	if scrape := getBody(t, srv.URL+"/metrics"); strings.Contains(scrape, "\netcd_backup_interval_seconds{") || !strings.Contains(scrape, "\netcd_backup_age_seconds{") {
+		t.Errorf("while the cluster hibernates: want etcd_backup_age_seconds and no etcd_backup_interval_seconds; /metrics has:\n%s", scrape)
+	}
+
 	postJSON(t, srv.URL+"/backup/finalize", strings.Replace(backupBody, `"generation":1},`, `"generation":1,"deletionTimestamp":"`+metricsNow.Format(time.RFC3339)+`"},`, 1))
 	postJSON(t, srv.URL+"/restore/finalize", strings.Replace(restoreBody, `"related":{}`, `"related":{},"finalizing":true`, 1))
 	scrape = getBody(t, srv.URL+"/metrics")

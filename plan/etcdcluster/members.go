@@ -135,3 +135,30 @@ func (p *planner) memberChildren(views []memberView) []plan.Child {
 	}
 	return children
 }
+
+// nameTaken: a Pod, a claim or a member has the name already.
+func (p *planner) nameTaken(name string, views []memberView) bool {
+	if _, ok := p.o.Pods[name]; ok {
+		return true
+	}
+	if _, ok := p.o.PVCs[name]; ok {
+		return true
+	}
+	for _, v := range views {
+		if v.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// learnersSupported needs both the target version and every running
+// member to know learners: the request goes to a running member.
+func (p *planner) learnersSupported() bool {
+	target, ok := parseVersion(p.spec.Version)
+	if !ok || !target.supportsLearners() {
+		return false
+	}
+	running, ok := parseVersion(p.lowestVersion())
+	return ok && running.supportsLearners()
+}

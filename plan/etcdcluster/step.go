@@ -312,32 +312,6 @@ func (p *planner) grow(views []memberView) stepResult {
 	}, ReasonScalingUp)
 }
 
-func (p *planner) nameTaken(name string, views []memberView) bool {
-	if _, ok := p.o.Pods[name]; ok {
-		return true
-	}
-	if _, ok := p.o.PVCs[name]; ok {
-		return true
-	}
-	for _, v := range views {
-		if v.name == name {
-			return true
-		}
-	}
-	return false
-}
-
-// learnersSupported needs both the target version and every running
-// member to know learners: the request goes to a running member.
-func (p *planner) learnersSupported() bool {
-	target, ok := parseVersion(p.spec.Version)
-	if !ok || !target.supportsLearners() {
-		return false
-	}
-	running, ok := parseVersion(p.lowestVersion())
-	return ok && running.supportsLearners()
-}
-
 // shrink removes one member, never the leader while another member could
 // go: removing the leader forces an election and stalls writes.
 func (p *planner) shrink(views []memberView, leader memberView) stepResult {
