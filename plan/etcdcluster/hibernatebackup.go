@@ -56,6 +56,12 @@ const hibernationRestorePrefix = "hibernation/"
 // hibernate. It reports done once the status carries a verified final
 // backup: the member Pods may then go.
 func (p *planner) hibernateThroughBackup() (d Decision, done bool) {
+	if prev := p.o.Cluster.Status.Hibernation; prev != nil && prev.Source != nil {
+		// The data is in the recorded backup, whatever the spec names now.
+		carried := *prev
+		p.hib = &carried
+		return Decision{}, true
+	}
 	pol := p.spec.Hibernation
 	if pol == nil || pol.Backup == "" {
 		return p.frozen(ReasonHibernationRefused, "spec.hibernated is true, and the members keep their data on an emptyDir, which goes with their Pods: "+
@@ -63,14 +69,11 @@ func (p *planner) hibernateThroughBackup() (d Decision, done bool) {
 			"or spec.hibernation.backup naming an EtcdBackup of this cluster to take a final backup, which waking restores"), false
 	}
 	h := &v1beta2.HibernationStatus{Backup: pol.Backup}
-	if prev := p.o.Cluster.Status.Hibernation; prev != nil && (prev.Backup == pol.Backup || prev.Source != nil) {
+	if prev := p.o.Cluster.Status.Hibernation; prev != nil && prev.Backup == pol.Backup {
 		carried := *prev
 		h = &carried
 	}
 	p.hib = h
-	if h.Source != nil {
-		return Decision{}, true
-	}
 	if len(p.o.Pods) == 0 {
 		return p.frozen(ReasonHibernationRefused, "spec.hibernated is true, but no member runs and no final backup was taken: there is nothing to back up. "+
 			"Restore a backup (an EtcdRestore), or set spec.hibernated to false"), false

@@ -158,6 +158,14 @@ func TestHibernateThroughFinalBackup(t *testing.T) {
 		t.Fatalf("hibernated: the record of the final backup is gone: %+v", d.Status.Hibernation)
 	}
 	o.Cluster.Status = d.Status
+	// The spec no longer naming the backup changes nothing: the data is
+	// in the one recorded.
+	pol := o.Cluster.Spec.Hibernation
+	o.Cluster.Spec.Hibernation = nil
+	if d := Plan(o); d.Status.Phase != v1beta2.PhaseHibernated || d.Status.Hibernation == nil || d.Status.Hibernation.Source == nil {
+		t.Errorf("hibernated, spec.hibernation removed: phase %s (%s), record %+v; want it hibernated on its recorded backup", d.Status.Phase, d.Status.Reason, d.Status.Hibernation)
+	}
+	o.Cluster.Spec.Hibernation = pol
 
 	// Woken: the final backup is restored, exactly the object verified.
 	o.Cluster.Spec.Hibernated = false
