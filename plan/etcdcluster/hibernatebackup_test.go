@@ -162,8 +162,10 @@ func TestHibernateThroughFinalBackup(t *testing.T) {
 	// in the one recorded.
 	pol := o.Cluster.Spec.Hibernation
 	o.Cluster.Spec.Hibernation = nil
-	if d := Plan(o); d.Status.Phase != v1beta2.PhaseHibernated || d.Status.Hibernation == nil || d.Status.Hibernation.Source == nil {
-		t.Errorf("hibernated, spec.hibernation removed: phase %s (%s), record %+v; want it hibernated on its recorded backup", d.Status.Phase, d.Status.Reason, d.Status.Hibernation)
+	if d := Plan(o); d.Status.Phase != v1beta2.PhaseHibernated || conditionOf(d.Status, v1beta2.ConditionDegraded).Status != metav1.ConditionFalse ||
+		d.Status.Hibernation == nil || d.Status.Hibernation.Source == nil {
+		t.Errorf("hibernated, spec.hibernation removed: phase %s, Degraded %s (%s), record %+v; want it hibernated on its recorded backup",
+			d.Status.Phase, conditionOf(d.Status, v1beta2.ConditionDegraded).Reason, d.Status.Reason, d.Status.Hibernation)
 	}
 	o.Cluster.Spec.Hibernation = pol
 
