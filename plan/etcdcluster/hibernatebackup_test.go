@@ -247,14 +247,19 @@ func TestFenceLiftedWhenNotHibernating(t *testing.T) {
 	if got := len(podsIn(d.Children)); got != 3 {
 		t.Errorf("%d member Pods, want the 3 that run: woken before they went, nothing is restored", got)
 	}
+	checkForgottenOnceLifted(t, o, d, "woken before the members went")
+}
 
-	// Lifted: the record goes.
+// checkForgottenOnceLifted: once the members no longer report the fence,
+// the next sync, on the status d wrote, drops the record and makes no step.
+func checkForgottenOnceLifted(t *testing.T, o *Observed, d Decision, what string) {
+	t.Helper()
 	for i := range o.Membership.Members {
 		o.Membership.Members[i].Errors = nil
 	}
 	o.Cluster.Status = d.Status
 	if d := Plan(o); d.Status.Hibernation != nil || d.Action != nil {
-		t.Errorf("fence lifted: status.hibernation %+v, action %v; want neither", d.Status.Hibernation, d.Action)
+		t.Errorf("%s, fence lifted: status.hibernation %+v, action %v; want neither", what, d.Status.Hibernation, d.Action)
 	}
 }
 
@@ -294,11 +299,5 @@ func TestWokenFromFinalBackup(t *testing.T) {
 	if got := podsIn(d.Children); len(got) != 3 {
 		t.Errorf("member Pods %v, want the 3 restored members and no new seed: the committed restore is not made again", got)
 	}
-	for i := range o.Membership.Members {
-		o.Membership.Members[i].Errors = nil
-	}
-	o.Cluster.Status = d.Status
-	if d := Plan(o); d.Status.Hibernation != nil || d.Action != nil {
-		t.Errorf("restored, fence lifted: status.hibernation %+v, action %v; want neither", d.Status.Hibernation, d.Action)
-	}
+	checkForgottenOnceLifted(t, o, d, "restored")
 }

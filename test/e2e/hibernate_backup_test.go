@@ -50,9 +50,7 @@ func TestHibernateThroughFinalBackup(t *testing.T) {
 	b.createSecret("aws", s3test.AccessKey, "not-the-secret")
 	hibernate := map[string]any{"hibernated": true, "hibernation": map[string]any{"backup": sleepBackup}}
 	start := time.Now()
-	if _, err := s.env.MC.MergePatchParentSpec(ns, exampleName, hibernate); err != nil {
-		t.Fatal(err)
-	}
+	s.mergeSpec(hibernate)
 	st := s.waitParent(3*time.Minute, "the final backup fails, Degraded naming the store", func(st ParentStatus) bool {
 		deg, reason := st.Condition("Degraded")
 		return deg == "True" && reason == "FinalBackupFailed"
@@ -68,9 +66,7 @@ func TestHibernateThroughFinalBackup(t *testing.T) {
 		t.Errorf("the final backup failed, and %d member Pods are left, want the 3", n)
 	}
 	s.checkFenced("the final backup failed", true)
-	if _, err := s.env.MC.MergePatchParentSpec(ns, exampleName, map[string]any{"hibernated": false}); err != nil {
-		t.Fatal(err)
-	}
+	s.mergeSpec(map[string]any{"hibernated": false})
 	s.waitParent(2*time.Minute, "woken before the members went: Ready, the fence lifted", func(st ParentStatus) bool {
 		ready, _ := st.Condition("Ready")
 		return ready == "True" && st.Hibernation == nil
@@ -84,9 +80,7 @@ func TestHibernateThroughFinalBackup(t *testing.T) {
 	s.waitWrites(s.w.Acked() + writesAround)
 	b.createSecret("aws", s3test.AccessKey, s3test.SecretKey)
 	start = time.Now()
-	if _, err := s.env.MC.MergePatchParentSpec(ns, exampleName, map[string]any{"hibernated": true}); err != nil {
-		t.Fatal(err)
-	}
+	s.mergeSpec(map[string]any{"hibernated": true})
 	st = s.waitParent(4*time.Minute, "hibernated: phase Hibernated, no member Pod, the final backup recorded", func(st ParentStatus) bool {
 		ready, _ := st.Condition("Ready")
 		return st.Phase == "Hibernated" && ready == "True" && len(s.c.Pods()) == 0
@@ -109,16 +103,11 @@ func TestHibernateThroughFinalBackup(t *testing.T) {
 	if acked := s.w.HighestRevision(); acked > h.FencedRevision {
 		t.Errorf("a put was acknowledged at revision %d, after the fence at %d", acked, h.FencedRevision)
 	}
-	time.Sleep(3 * time.Second)
-	if n := len(s.c.Pods()); n != 0 {
-		t.Errorf("hibernated: %d member Pods came back by themselves", n)
-	}
+	s.holdHibernated()
 
 	// 3. Woken: restored from the final backup, the fence lifted.
 	start = time.Now()
-	if _, err := s.env.MC.MergePatchParentSpec(ns, exampleName, map[string]any{"hibernated": false}); err != nil {
-		t.Fatal(err)
-	}
+	s.mergeSpec(map[string]any{"hibernated": false})
 	s.waitParent(4*time.Minute, "woken: restored, Ready with 3 members, the record gone", func(st ParentStatus) bool {
 		ready, _ := st.Condition("Ready")
 		return ready == "True" && st.Phase == "Running" && st.ReadyMembers == 3 && st.Hibernation == nil

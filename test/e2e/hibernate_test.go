@@ -35,9 +35,7 @@ func TestHibernateOnClaims(t *testing.T) {
 	logged := len(s.loggedActions())
 
 	start := time.Now()
-	if _, err := s.env.MC.MergePatchParentSpec(ns, exampleName, map[string]any{"hibernated": true}); err != nil {
-		t.Fatal(err)
-	}
+	s.mergeSpec(map[string]any{"hibernated": true})
 	// The Pods go: the newest follower alone, then the last quorum (the
 	// planner's order is proven by TestHibernateStopsMembersWithoutLosingQuorum
 	// and FuzzPlan; Metacontroller deletes the two of one answer a moment
@@ -71,16 +69,10 @@ func TestHibernateOnClaims(t *testing.T) {
 			t.Errorf("hibernated: the Service %s is gone", svc)
 		}
 	}
-	// Hold a while: a hibernated cluster stays so, whatever the resyncs.
-	time.Sleep(3 * time.Second)
-	if n := len(s.c.Pods()); n != 0 {
-		t.Errorf("hibernated: %d member Pods came back by themselves", n)
-	}
+	s.holdHibernated()
 
 	start = time.Now()
-	if _, err := s.env.MC.MergePatchParentSpec(ns, exampleName, map[string]any{"hibernated": false}); err != nil {
-		t.Fatal(err)
-	}
+	s.mergeSpec(map[string]any{"hibernated": false})
 	s.waitParent(3*time.Minute, "woken: Ready with 3 members", func(st ParentStatus) bool {
 		ready, _ := st.Condition("Ready")
 		return ready == "True" && st.Phase == "Running" && st.ReadyMembers == 3
@@ -105,4 +97,22 @@ func TestHibernateOnClaims(t *testing.T) {
 		s.checkRestartedFromData("woken", name)
 	}
 	s.verifyWrites("hibernated and woken")
+}
+
+// holdHibernated: a hibernated cluster stays so a while, whatever the
+// resyncs.
+func (s *scenario) holdHibernated() {
+	s.t.Helper()
+	time.Sleep(3 * time.Second)
+	if n := len(s.c.Pods()); n != 0 {
+		s.t.Errorf("hibernated: %d member Pods came back by themselves", n)
+	}
+}
+
+// mergeSpec merge-patches the cluster's spec.
+func (s *scenario) mergeSpec(patch map[string]any) {
+	s.t.Helper()
+	if _, err := s.env.MC.MergePatchParentSpec(ns, exampleName, patch); err != nil {
+		s.t.Fatal(err)
+	}
 }
