@@ -49,8 +49,9 @@ type HibernationStatus struct {
 }
 
 // HibernationRequest names the final backup a hibernation asks for: the
-// cluster and the generation of its spec that asked, so that hibernating
-// again asks for a new one.
-func HibernationRequest(cluster string, generation int64) string {
-	return cluster + "/" + strconv.FormatInt(generation, 10)
+// cluster, the generation of its spec that asked, and the revision behind
+// the fence, so that hibernating again, or fencing again after the fence
+// was lifted by hand and writes were taken, asks for a new one.
+func HibernationRequest(cluster string, generation, fencedRevision int64) string {
+	return cluster + "/" + strconv.FormatInt(generation, 10) + "@" + strconv.FormatInt(fencedRevision, 10)
 }

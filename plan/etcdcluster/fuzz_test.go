@@ -176,9 +176,10 @@ func hibernationStage(o *Observed, hib byte) {
 	if hib&2 != 0 && o.Membership != nil {
 		for i := range o.Membership.Members {
 			o.Membership.Members[i].Errors = append(o.Membership.Members[i].Errors, fenceError)
+			o.Membership.Members[i].Revision = 7
 		}
 	}
-	request := v1beta2.HibernationRequest(c.Name, c.Generation)
+	request := v1beta2.HibernationRequest(c.Name, c.Generation, 7)
 	if hib&4 != 0 {
 		end := metav1.NewTime(testNow)
 		b.Status.LastRun = &v1beta2.BackupRun{Name: "b-1", Request: request, End: &end, Succeeded: hib&8 != 0}

@@ -88,6 +88,9 @@ func (p *planner) hibernateThroughBackup() (d Decision, done bool) {
 		return p.held(ReasonFencing, "spec.hibernated: the final backup waits for a quorum and a leader to fence writes with"), false
 	}
 	if !fenced {
+		// A request made behind an earlier fence (one lifted by hand since)
+		// is no more: writes may have been taken after its revision.
+		h.Request, h.FencedRevision = "", 0
 		if out := p.o.Acted; out != nil {
 			d := p.held(ReasonFencing, "spec.hibernated: raising the write fence before the final backup")
 			if out.Err != nil {
@@ -99,17 +102,16 @@ func (p *planner) hibernateThroughBackup() (d Decision, done bool) {
 		d.Action = p.fenceAction(membership.ActionRaiseFence, ReasonFencing, "writes are fenced off before the final backup (spec.hibernation.backup "+pol.Backup+")")
 		return d, false
 	}
-	if h.Request == "" {
-		h.Request = v1beta2.HibernationRequest(p.o.Cluster.Name, p.o.Cluster.Generation)
-	}
 	for _, m := range ms.Members {
 		h.FencedRevision = max(h.FencedRevision, m.Revision)
 	}
 	if h.FencedRevision == 0 {
 		// No member said how far it got: the backup could not be checked
 		// against it.
-		h.Request = ""
 		return p.held(ReasonFencing, "spec.hibernated: writes are fenced; waiting for a member to report its revision before the final backup"), false
+	}
+	if h.Request == "" {
+		h.Request = v1beta2.HibernationRequest(p.o.Cluster.Name, p.o.Cluster.Generation, h.FencedRevision)
 	}
 	if refused != "" {
 		return p.finalBackupFailed(refused), false

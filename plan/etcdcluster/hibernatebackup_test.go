@@ -62,7 +62,7 @@ func finalRun(o *Observed, request string, succeeded bool, revision int64) {
 // backup is asked for.
 func TestHibernateThroughFinalBackup(t *testing.T) {
 	o := hibernatingOnEmptyDir()
-	request := v1beta2.HibernationRequest(testCluster, o.Cluster.Generation)
+	request := v1beta2.HibernationRequest(testCluster, o.Cluster.Generation, 42)
 	steps := []struct {
 		name, reason string
 		change       func(o *Observed)
@@ -230,7 +230,7 @@ func TestFinalBackupRefused(t *testing.T) {
 func TestFenceLiftedWhenNotHibernating(t *testing.T) {
 	o := fenced(hibernatingOnEmptyDir())
 	o.Cluster.Spec.Hibernated = false
-	o.Cluster.Status.Hibernation = &v1beta2.HibernationStatus{Backup: finalBackupName, Request: "demo/1", FencedRevision: 42}
+	o.Cluster.Status.Hibernation = &v1beta2.HibernationStatus{Backup: finalBackupName, Request: "demo/1@42", FencedRevision: 42}
 	d := Plan(o)
 	if d.Action == nil || d.Action.Type != membership.ActionLiftFence || d.Action.LeaderEndpoint != testAddresses.ClientURL(name(0)) {
 		t.Fatalf("action %v, want the fence lifted through the leader", d.Action)
@@ -284,8 +284,8 @@ func TestEtcdCorruptionIsNotTheFence(t *testing.T) {
 func TestWokenFromFinalBackup(t *testing.T) {
 	o := fenced(hibernatingOnEmptyDir())
 	o.Cluster.Spec.Hibernated = false
-	id := hibernationRestorePrefix + "demo/1"
-	o.Cluster.Status.Hibernation = &v1beta2.HibernationStatus{Backup: finalBackupName, Request: "demo/1", FencedRevision: 42, Revision: 42,
+	id := hibernationRestorePrefix + "demo/1@42"
+	o.Cluster.Status.Hibernation = &v1beta2.HibernationStatus{Backup: finalBackupName, Request: "demo/1@42", FencedRevision: 42, Revision: 42,
 		Source: &v1beta2.ResolvedSource{S3: &v1beta2.S3BackupSource{Path: "bucket/demo.db_v42", AWSSecret: "aws"}}}
 	o.Cluster.Status.Bootstrap = &v1beta2.BootstrapStatus{SeedMember: name(0), Bootstrapped: true,
 		Restore: &v1beta2.RestoreRecord{Request: id}}
@@ -300,4 +300,33 @@ func TestWokenFromFinalBackup(t *testing.T) {
 		t.Errorf("member Pods %v, want the 3 restored members and no new seed: the committed restore is not made again", got)
 	}
 	checkForgottenOnceLifted(t, o, d, "restored")
+}
+
+// TestFenceLiftedByHandAsksAgain: a fence lifted by hand after the final
+// backup was asked for lets writes in, so the request is dropped and the
+// fence raised again; fenced anew at a later revision, the hook asks for a
+// new backup, which the run of the old request does not answer.
+func TestFenceLiftedByHandAsksAgain(t *testing.T) {
+	o := fenced(hibernatingOnEmptyDir())
+	old := v1beta2.HibernationRequest(testCluster, o.Cluster.Generation, 42)
+	o.Cluster.Status.Hibernation = &v1beta2.HibernationStatus{Backup: finalBackupName, Request: old, FencedRevision: 42}
+	for i := range o.Membership.Members {
+		o.Membership.Members[i].Errors = nil
+		o.Membership.Members[i].Revision = 50
+	}
+	d := Plan(o)
+	if d.Action == nil || d.Action.Type != membership.ActionRaiseFence {
+		t.Fatalf("the fence is gone: action %v, want it raised again", d.Action)
+	}
+	if h := d.Status.Hibernation; h == nil || h.Request != "" || h.FencedRevision != 0 {
+		t.Errorf("the fence is gone: status.hibernation %+v; want the old request dropped", h)
+	}
+	o.Cluster.Status = d.Status
+	fenced(o)
+	finalRun(o, old, true, 42)
+	d = Plan(o)
+	want := v1beta2.HibernationRequest(testCluster, o.Cluster.Generation, 50)
+	if h := d.Status.Hibernation; h == nil || h.Request != want || h.FencedRevision != 50 || h.Source != nil {
+		t.Errorf("fenced again at revision 50: status.hibernation %+v; want the request %s, and the old run's backup not taken", h, want)
+	}
 }
