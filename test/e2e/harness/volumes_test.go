@@ -382,7 +382,12 @@ func TestVolumeResize(t *testing.T) {
 				t.Errorf("%s: claim after the resize (-want +got):\n%s", tt.reason, d)
 			}
 			// Every step was an update event: first Resizing, with the
-			// new size allocated.
+			// new size allocated. The store delivers an event once its
+			// writer unlocks it, which may be after the read above saw the
+			// outcome: the outcome's event is waited for (a bounded wait).
+			for deadline := time.Now().Add(2 * time.Second); len(inOrder()) < 3 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
 			if events := inOrder(); len(events) < 3 || events[1].State != resizeControllerInProgress || events[1].Allocated != "2Gi" ||
 				len(events[1].Conditions) != 1 || events[1].Conditions[0] != "Resizing=True" {
 				t.Errorf("%s: update events %+v, want the request, Resizing with 2Gi allocated, then the outcome", tt.reason, inOrder())
