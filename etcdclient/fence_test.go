@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdhook/etcd-hook/internal/etcdtest"
@@ -57,8 +58,9 @@ func TestWriteFence(t *testing.T) {
 				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				err := call(cctx)
 				cancel()
-				if err == nil {
-					t.Errorf("%s accepted behind the fence", what)
+				// etcd's own refusal, not a timeout or a lost connection.
+				if err == nil || rpctypes.ErrorDesc(err) != rpctypes.ErrCorrupt.Error() {
+					t.Errorf("%s behind the fence: %v, want etcd's %q", what, err, rpctypes.ErrCorrupt.Error())
 				}
 			}
 			for _, ep := range ec.Endpoints() {
