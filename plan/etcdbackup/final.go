@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/etcdhook/etcd-hook/api/v1beta2"
 )
 
 // A final backup is the run an EtcdCluster on emptyDir asks for before
@@ -28,39 +30,39 @@ const (
 	ReasonClusterHibernated = "ClusterHibernated"
 )
 
-// finalRequest is the final backup the cluster asks of this EtcdBackup,
-// or "".
-func (p *planner) finalRequest() string {
+// hibernatingCluster is the EtcdCluster clusterName names when it
+// hibernates (spec.hibernated), or nil.
+func (p *planner) hibernatingCluster() *v1beta2.EtcdCluster {
 	b := p.o.Backup
 	c, ok := p.o.Clusters[b.Spec.ClusterName]
 	if b.Spec.ClusterName == "" || !ok || !c.Spec.Hibernated {
+		return nil
+	}
+	return c
+}
+
+// finalRequest is the final backup the cluster asks of this EtcdBackup,
+// or "".
+func (p *planner) finalRequest() string {
+	c := p.hibernatingCluster()
+	if c == nil {
 		return ""
 	}
 	h := c.Status.Hibernation
-	if h == nil || h.Backup != b.Name || h.Request == "" || h.Source != nil {
+	if h == nil || h.Backup != p.o.Backup.Name || h.Request == "" || h.Source != nil {
 		return ""
 	}
 	return h.Request
 }
 
-// hibernating says why no run starts for a cluster that hibernates and
-// asks for nothing, or "".
-func (p *planner) hibernating() string {
-	b := p.o.Backup
-	c, ok := p.o.Clusters[b.Spec.ClusterName]
-	if b.Spec.ClusterName == "" || !ok || !c.Spec.Hibernated {
-		return ""
-	}
-	return fmt.Sprintf("EtcdCluster %s hibernates (spec.hibernated): no backup is taken until it wakes", c.Name)
-}
-
 // holdForHibernation keeps a run from starting while the cluster
 // hibernates, unless it asks for its final backup.
 func (p *planner) holdForHibernation(request string) bool {
-	why := p.hibernating()
-	if request != "" || why == "" {
+	c := p.hibernatingCluster()
+	if request != "" || c == nil {
 		return false
 	}
-	p.progressing = cond{metav1.ConditionFalse, ReasonClusterHibernated, why}
+	p.progressing = cond{metav1.ConditionFalse, ReasonClusterHibernated,
+		fmt.Sprintf("EtcdCluster %s hibernates (spec.hibernated): no backup is taken until it wakes", c.Name)}
 	return true
 }

@@ -194,10 +194,7 @@ func (p *planner) fenceAction(t membership.ActionType, step, reason string) *mem
 			continue
 		}
 		a.Name = membership.MemberName(m, p.o.Cluster.Name)
-		a.LeaderEndpoint = p.addresses().ClientURL(a.Name)
-		if len(m.ClientURLs) > 0 {
-			a.LeaderEndpoint = m.ClientURLs[0]
-		}
+		a.LeaderEndpoint = p.clientEndpoint(memberView{Member: m, name: a.Name})
 	}
 	return a
 }
