@@ -265,7 +265,7 @@ func TestBackupAndRestoreSeries(t *testing.T) {
 	ready := &readiness{}
 	ready.set(true)
 	srv := httptest.NewServer(newRouter(staticSyncer{}, hooks.BackupConfig{AgentImage: "test", Now: func() time.Time { return metricsNow }},
-		met, registry, slog.New(slog.NewTextHandler(io.Discard, nil)), ready))
+		met, registry, slog.New(slog.NewTextHandler(io.Discard, nil)), ready, nil))
 	defer srv.Close()
 
 	lastSuccess := metricsNow.Add(-2 * time.Hour).Format(time.RFC3339)

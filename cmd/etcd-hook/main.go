@@ -54,6 +54,8 @@ type config struct {
 	agentImage      string
 	secretDelay     time.Duration
 	resizeGrace     time.Duration
+	peers           string
+	peerAddress     string
 }
 
 func parseFlags(args []string) (config, error) {
@@ -75,8 +77,15 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.secretDelay, "secret-propagation", etcdcluster.DefaultSecretPropagation, "how long the kubelets take to bring an updated Secret into a Pod (their sync period and Secret cache delay): "+
 		"with spec.TLS.auto, a CA is trusted this long after the last leaf it signed was replaced")
 	fs.DurationVar(&cfg.resizeGrace, "filesystem-resize-grace", etcdcluster.DefaultFilesystemResizeGrace, "how long a grown member claim may wait for its file system (FileSystemResizePending) before the member's Pod is rolled to mount it again")
+	fs.StringVar(&cfg.peers, "peers", "", "spread syncs over the hook's replicas: host:port entries, comma-separated, each an IP or a name resolved every 5 s "+
+		"(in a cluster, a headless Service of the replicas, at the port of --tls-addr when TLS is on, else of --addr). Each parent is answered by one replica, which keeps its connections and memos; "+
+		"a replica forwards a sync it does not own. Empty: every replica answers every sync it receives")
+	fs.StringVar(&cfg.peerAddress, "peer-address", "", "this replica's own address as --peers resolves it: an IP (the Pod's IP), or IP:port when replicas share an IP")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if (cfg.peers == "") != (cfg.peerAddress == "") {
+		return cfg, errors.New("--peers and --peer-address are set together or not at all")
 	}
 	return cfg, cfg.checkTLS()
 }
@@ -128,8 +137,21 @@ func serve(ctx context.Context, args []string) error {
 	defer pool.Close()
 	reconciler := &reconcile.Reconciler{Dialer: pool, Recorder: metrics, Logger: logger, AgentImage: cfg.agentImage, SecretPropagation: cfg.secretDelay, FilesystemResizeGrace: cfg.resizeGrace}
 
+	sharding, peers, err := newShardRouter(cfg, certs, metrics, logger)
+	if err != nil {
+		return err
+	}
+	if peers != nil {
+		peersCtx, stopPeers := context.WithCancel(context.Background())
+		defer stopPeers()
+		// Resolved once before the first sync, so that a replica does not
+		// answer the whole fleet until its first refresh.
+		_ = peers.Refresh(ctx, peersLookup)
+		go runPeers(peersCtx, peers, logger)
+	}
+
 	ready := &readiness{}
-	router := newRouter(reconciler, hooks.BackupConfig{AgentImage: cfg.agentImage}, metrics, registry, logger, ready)
+	router := newRouter(reconciler, hooks.BackupConfig{AgentImage: cfg.agentImage}, metrics, registry, logger, ready, sharding)
 	servers := []*hookServer{{Server: newHTTPServer(cfg.addr, router, logger), scheme: "http"}}
 	if certs != nil {
 		srv := newHTTPServer(cfg.tlsAddr, router, logger)

@@ -16,6 +16,10 @@ type metrics struct {
 	actions *prometheus.CounterVec
 	// objects are the per-object series (clustermetrics.go).
 	objects *objectMetrics
+	// routing counts syncs by what became of them with --peers; peers
+	// reports the replicas last resolved.
+	routing *prometheus.CounterVec
+	peers   func() float64
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -36,8 +40,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Membership changes attempted, by action and result.",
 		}, []string{"action", "result"}),
 	}
+	m.routing = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "etcd_hook_sync_routing_total",
+		Help: "Sync and finalize requests with --peers, by outcome: owned (answered here, its owner), received (forwarded here by a replica), forwarded (answered by its owner), fallback (the owner unreachable before the request was sent; answered here), failed (sent to the owner, no answer: 502).",
+	}, []string{"outcome"})
+	peers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "etcd_hook_peers",
+		Help: "Replicas --peers last resolved to, this one included; 0 without --peers.",
+	}, func() float64 {
+		if m.peers == nil {
+			return 0
+		}
+		return m.peers()
+	})
 	m.objects = newObjectMetrics(time.Now)
-	reg.MustRegister(m.latency, m.errors, m.actions, m.objects,
+	reg.MustRegister(m.latency, m.errors, m.actions, m.objects, m.routing, peers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

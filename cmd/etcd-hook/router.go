@@ -13,13 +13,14 @@ import (
 
 	"github.com/etcdhook/etcd-hook/hooks"
 	"github.com/etcdhook/etcd-hook/reconcile"
+	"github.com/etcdhook/etcd-hook/shard"
 )
 
 type readiness struct{ ok atomic.Bool }
 
 func (r *readiness) set(ok bool) { r.ok.Store(ok) }
 
-func newRouter(syncer hooks.Syncer[*reconcile.EarlyRead], backups hooks.BackupConfig, m *metrics, registry *prometheus.Registry, logger *slog.Logger, ready *readiness) http.Handler {
+func newRouter(syncer hooks.Syncer[*reconcile.EarlyRead], backups hooks.BackupConfig, m *metrics, registry *prometheus.Registry, logger *slog.Logger, ready *readiness, sharding *shard.Router) http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
 	r.Use(instrument(m, logger))
@@ -34,17 +35,23 @@ func newRouter(syncer hooks.Syncer[*reconcile.EarlyRead], backups hooks.BackupCo
 	syncer = syncerWithMetrics(syncer, m.objects)
 	backups.Observe = m.objects.recordBackup
 	restores := hooks.RestoreConfig{Observe: m.objects.recordRestore}
-	r.Method(http.MethodPost, "/sync", hooks.SyncHandler(syncer))
-	r.Method(http.MethodPost, "/finalize", hooks.FinalizeHandler(syncer))
+	// A sync or finalize goes to the replica that owns its parent (with
+	// --peers); customize hooks keep nothing and are answered anywhere.
+	owned := func(h http.Handler) http.Handler { return h }
+	if sharding != nil {
+		owned = sharding.Handler
+	}
+	r.Method(http.MethodPost, "/sync", owned(hooks.SyncHandler(syncer)))
+	r.Method(http.MethodPost, "/finalize", owned(hooks.FinalizeHandler(syncer)))
 	r.Method(http.MethodPost, "/customize", hooks.CustomizeHandler())
 	r.Route("/backup", func(r chi.Router) {
-		r.Method(http.MethodPost, "/sync", hooks.BackupSyncHandler(backups))
-		r.Method(http.MethodPost, "/finalize", hooks.BackupFinalizeHandler(backups))
+		r.Method(http.MethodPost, "/sync", owned(hooks.BackupSyncHandler(backups)))
+		r.Method(http.MethodPost, "/finalize", owned(hooks.BackupFinalizeHandler(backups)))
 		r.Method(http.MethodPost, "/customize", hooks.BackupCustomizeHandler())
 	})
 	r.Route("/restore", func(r chi.Router) {
-		r.Method(http.MethodPost, "/sync", hooks.RestoreHandler(restores))
-		r.Method(http.MethodPost, "/finalize", hooks.RestoreHandler(restores))
+		r.Method(http.MethodPost, "/sync", owned(hooks.RestoreHandler(restores)))
+		r.Method(http.MethodPost, "/finalize", owned(hooks.RestoreHandler(restores)))
 		r.Method(http.MethodPost, "/customize", hooks.RestoreCustomizeHandler())
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })

@@ -31,7 +31,7 @@ func TestRoutes(t *testing.T) {
 	m := newMetrics(registry)
 	ready := &readiness{}
 	ready.set(true)
-	srv := httptest.NewServer(newRouter(staticSyncer{}, hooks.BackupConfig{AgentImage: "test"}, m, registry, slog.New(slog.NewTextHandler(io.Discard, nil)), ready))
+	srv := httptest.NewServer(newRouter(staticSyncer{}, hooks.BackupConfig{AgentImage: "test"}, m, registry, slog.New(slog.NewTextHandler(io.Discard, nil)), ready, nil))
 	defer srv.Close()
 
 	fixture, err := os.ReadFile(testenv.Path(t, "test/fixtures/new-cluster.json"))

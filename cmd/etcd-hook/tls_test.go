@@ -182,7 +182,12 @@ func httpsClient(roots *x509.CertPool) *http.Client {
 // its plain address (both are bound before either serves).
 func startHook(t *testing.T, args ...string) (plainAddr string, stop func() error) {
 	t.Helper()
-	plainAddr = freeAddr(t)
+	return startHookAt(t, freeAddr(t), args...)
+}
+
+// startHookAt is startHook on a plain address chosen by the caller.
+func startHookAt(t *testing.T, plainAddr string, args ...string) (_ string, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

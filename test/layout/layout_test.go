@@ -116,6 +116,7 @@ func TestArrowsPointDown(t *testing.T) {
 		{"agent/archive", "a continuous backup's layout reads listings and bytes, never a store or etcd", append(clients, module+"/", "k8s.io/", "go.etcd.io/")},
 		{"etcdclient", "the door to etcd speaks membership's vocabulary, never a planner's", []string{module + "/plan", module + "/reconcile", module + "/hooks", "=" + module + "/agent"}},
 		{"api/v1beta2", "the types are below everything", []string{module + "/"}},
+		{"shard", "routing syncs between replicas moves bytes: it never decodes a sync, plans or reaches etcd", append(clients, module+"/hooks", module+"/plan", module+"/reconcile", module+"/etcdclient", module+"/agent", "k8s.io/")},
 		{"agent", "the agents never decide what a planner decides", []string{module + "/plan", module + "/reconcile", module + "/hooks"}},
 		{"internal/testenv", "the leaf every test helper and test builds on: the standard library only", append(slices.Clone(clients), module+"/", "github.com/", "go.etcd.io/", "go.uber.org/", "go.yaml.in/", "golang.org/", "google.golang.org/", "k8s.io/", "sigs.k8s.io/")},
 	}
