@@ -42,7 +42,7 @@ func (r *replica) routed() []Outcome {
 
 // startReplicas starts n replicas on loopback, each listing all of them
 // (and extra addresses) as peers.
-func startReplicas(t *testing.T, n int, extra ...string) []*replica {
+func startReplicas(t testing.TB, n int, extra ...string) []*replica {
 	t.Helper()
 	listeners := make([]net.Listener, n)
 	spec := append([]string(nil), extra...)
@@ -57,7 +57,7 @@ func startReplicas(t *testing.T, n int, extra ...string) []*replica {
 	out := make([]*replica, n)
 	for i, l := range listeners {
 		r := &replica{addr: l.Addr().String()}
-		peers, err := NewPeers(strings.Join(spec, ","), r.addr, nil)
+		peers, err := NewPeers(strings.Join(spec, ","), r.addr, "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,9 +17,11 @@ import (
 type Lookup func(ctx context.Context, host string) ([]string, error)
 
 // Peers is the set of replicas syncs are spread over: the addresses of a
-// comma-separated list of host:port entries, each an IP (kept as it is) or
-// a name (resolved, every address it has at that port). In a cluster the
-// one entry is a headless Service, which lists the Ready replicas.
+// comma-separated list of entries, host or host:port, each host an IP
+// (kept as it is) or a name (resolved, every address it has at that
+// port). An entry without a port is at this replica's own port: replicas
+// of one Deployment serve on the same one. In a cluster the one entry is a
+// headless Service, which lists the Ready replicas.
 //
 // Resolving happens in Run, never on a sync's path: a sync reads the last
 // set resolved. A lookup that fails keeps the previous set, so a DNS
@@ -39,19 +41,20 @@ type entry struct {
 	addr       netip.Addr // valid when host is an IP
 }
 
-// NewPeers parses the entries (host:port, comma-separated) and this
-// replica's own address as the entries list it: an IP, or IP:port when
-// the replicas share an IP (tests on loopback).
-func NewPeers(spec, self string, lookup Lookup) (*Peers, error) {
+// NewPeers parses the entries (host or host:port, comma-separated; a
+// host alone is at port) and this replica's own address as the entries
+// list it: an IP, or IP:port when the replicas share an IP (tests on
+// loopback).
+func NewPeers(spec, self, port string, lookup Lookup) (*Peers, error) {
 	p := &Peers{lookup: lookup}
 	for _, e := range strings.Split(spec, ",") {
 		e = strings.TrimSpace(e)
 		if e == "" {
 			continue
 		}
-		host, port, err := net.SplitHostPort(e)
-		if err != nil || host == "" || port == "" {
-			return nil, fmt.Errorf("peer %q is not host:port", e)
+		host, port, err := splitPeer(e, port)
+		if err != nil {
+			return nil, err
 		}
 		en := entry{host: host, port: port}
 		if a, err := netip.ParseAddr(host); err == nil {
@@ -70,6 +73,29 @@ func NewPeers(spec, self string, lookup Lookup) (*Peers, error) {
 		return nil, fmt.Errorf("this replica's address %q is neither an IP nor IP:port", self)
 	}
 	return p, nil
+}
+
+// splitPeer splits an entry into host and port, the port def when the
+// entry has none.
+func splitPeer(e, def string) (host, port string, err error) {
+	if a, err := netip.ParseAddr(strings.Trim(e, "[]")); err == nil {
+		return a.String(), def, checkPort(e, def)
+	}
+	if !strings.Contains(e, ":") {
+		return e, def, checkPort(e, def)
+	}
+	host, port, err = net.SplitHostPort(e)
+	if err != nil || host == "" || port == "" {
+		return "", "", fmt.Errorf("peer %q is neither host nor host:port", e)
+	}
+	return host, port, nil
+}
+
+func checkPort(e, port string) error {
+	if port == "" {
+		return fmt.Errorf("peer %q has no port, and this replica's own is not known", e)
+	}
+	return nil
 }
 
 // Self reports whether peer (an address Current returned) is this replica.

@@ -16,12 +16,11 @@ func TestNewPeersRefuses(t *testing.T) {
 		reason, spec, self, err string
 	}{
 		{"no entry", " , ", "10.0.0.1", "no peers given"},
-		{"an entry without a port", "etcd-hook-peers.ns.svc", "10.0.0.1", "not host:port"},
-		{"an empty port", "10.0.0.1:", "10.0.0.1", "not host:port"},
+		{"an empty port", "10.0.0.1:", "10.0.0.1", "neither host nor host:port"},
 		{"this replica's address is a name", "etcd-hook-peers:8443", "etcd-hook-0", "neither an IP nor IP:port"},
 	}
 	for _, tt := range tests {
-		if _, err := NewPeers(tt.spec, tt.self, nil); err == nil || !strings.Contains(err.Error(), tt.err) {
+		if _, err := NewPeers(tt.spec, tt.self, "8443", nil); err == nil || !strings.Contains(err.Error(), tt.err) {
 			t.Errorf("%s: NewPeers(%q, %q) = %v, want an error containing %q", tt.reason, tt.spec, tt.self, err, tt.err)
 		}
 	}
@@ -39,7 +38,7 @@ func TestPeersRefresh(t *testing.T) {
 		}
 		return answers[host], nil
 	}
-	p, err := NewPeers("etcd-hook-peers.ns.svc:8443, 10.0.0.1:8443", "10.0.0.1", lookup)
+	p, err := NewPeers("etcd-hook-peers.ns.svc, 10.0.0.1:8443", "10.0.0.1", "8443", lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +70,27 @@ func TestPeersRefresh(t *testing.T) {
 	}
 }
 
+// TestPeersAtOwnPort: an entry without a port is at this replica's own,
+// which is how the manifests name the headless Service for plain HTTP and
+// HTTPS alike.
+func TestPeersAtOwnPort(t *testing.T) {
+	lookup := func(context.Context, string) ([]string, error) { return []string{"10.0.0.2", "fd00::2"}, nil }
+	p, err := NewPeers("etcd-hook-peers.ns.svc,10.0.0.1,[fd00::1],10.0.0.9:9000", "10.0.0.1", "8443", lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Refresh(context.Background(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.1:8443", "10.0.0.2:8443", "10.0.0.9:9000", "[fd00::1]:8443", "[fd00::2]:8443"}
+	if diff := cmp.Diff(want, p.Current()); diff != "" {
+		t.Errorf("peers (-want +got):\n%s", diff)
+	}
+	if _, err := NewPeers("etcd-hook-peers.ns.svc", "10.0.0.1", "", lookup); err == nil || !strings.Contains(err.Error(), "has no port") {
+		t.Errorf("an entry without a port and no port of one's own: %v", err)
+	}
+}
+
 func TestPeersSelf(t *testing.T) {
 	tests := []struct {
 		reason, self, peer string
@@ -84,7 +104,7 @@ func TestPeersSelf(t *testing.T) {
 		{"not an address", "10.0.0.1", "peers:8443", false},
 	}
 	for _, tt := range tests {
-		p, err := NewPeers("peers:8443", tt.self, nil)
+		p, err := NewPeers("peers:8443", tt.self, "8443", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +117,7 @@ func TestPeersSelf(t *testing.T) {
 // TestPeersRun: the loop resolves at once and ends with its context.
 func TestPeersRun(t *testing.T) {
 	calls := make(chan struct{}, 100)
-	p, err := NewPeers("peers:8443", "10.0.0.1", func(context.Context, string) ([]string, error) {
+	p, err := NewPeers("peers:8443", "10.0.0.1", "8443", func(context.Context, string) ([]string, error) {
 		calls <- struct{}{}
 		return []string{"10.0.0.1"}, nil
 	})

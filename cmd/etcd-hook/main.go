@@ -77,9 +77,9 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.secretDelay, "secret-propagation", etcdcluster.DefaultSecretPropagation, "how long the kubelets take to bring an updated Secret into a Pod (their sync period and Secret cache delay): "+
 		"with spec.TLS.auto, a CA is trusted this long after the last leaf it signed was replaced")
 	fs.DurationVar(&cfg.resizeGrace, "filesystem-resize-grace", etcdcluster.DefaultFilesystemResizeGrace, "how long a grown member claim may wait for its file system (FileSystemResizePending) before the member's Pod is rolled to mount it again")
-	fs.StringVar(&cfg.peers, "peers", "", "spread syncs over the hook's replicas: host:port entries, comma-separated, each an IP or a name resolved every 5 s "+
-		"(in a cluster, a headless Service of the replicas, at the port of --tls-addr when TLS is on, else of --addr). Each parent is answered by one replica, which keeps its connections and memos; "+
-		"a replica forwards a sync it does not own. Empty: every replica answers every sync it receives")
+	fs.StringVar(&cfg.peers, "peers", "", "spread syncs over the hook's replicas: entries host or host:port, comma-separated, each host an IP or a name resolved every 5 s "+
+		"(in a cluster, a headless Service of the replicas); an entry without a port is at this replica's own (--tls-addr's when TLS is on, else --addr's). "+
+		"Each parent is answered by one replica, which keeps its connections and memos; a replica forwards a sync it does not own. Empty: every replica answers every sync it receives")
 	fs.StringVar(&cfg.peerAddress, "peer-address", "", "this replica's own address as --peers resolves it: an IP (the Pod's IP), or IP:port when replicas share an IP")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

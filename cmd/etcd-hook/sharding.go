@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,9 +30,19 @@ func newShardRouter(cfg config, certs *certReloader, m *metrics, logger *slog.Lo
 	if cfg.peers == "" {
 		return nil, nil, nil
 	}
-	peers, err := shard.NewPeers(cfg.peers, cfg.peerAddress, net.DefaultResolver.LookupHost)
+	// Peers named without a port serve where this replica does: HTTPS's
+	// port when it serves TLS, which is where syncs are forwarded then.
+	served := cfg.addr
+	if certs != nil {
+		served = cfg.tlsAddr
+	}
+	_, port, err := net.SplitHostPort(served)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("--peers: the port of %s: %w", served, err)
+	}
+	peers, err := shard.NewPeers(cfg.peers, cfg.peerAddress, port, net.DefaultResolver.LookupHost)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--peers: %w", err)
 	}
 	transport := &http.Transport{
 		Proxy: nil,

@@ -18,6 +18,10 @@ const (
 	// The heap size at which the next collection starts: with GOGC=100,
 	// twice what was live after the last one.
 	metricNextGC = "go_memstats_next_gc_bytes"
+	// Syncs a replica answered itself with --peers: its own (owned) and
+	// those another replica forwarded (received), since it started.
+	metricOwned    = `etcd_hook_sync_routing_total{outcome="owned"}`
+	metricReceived = `etcd_hook_sync_routing_total{outcome="received"}`
 )
 
 // The fleet-scale issue's targets, for 10,000 clusters of 3 members (half
@@ -406,12 +410,20 @@ func (fr *fleetResult) replicaTable() string {
 	r := fr.replicas
 	one := fr.sameTargetsAs(r)
 	lines := []string{
-		"| hook | share of requests | syncs | syncs/s | hook CPU per sync | RSS | peak RSS | RSS / one hook's | threads | goroutines | heap in use | next GC at |",
-		"|---|---|---|---|---|---|---|---|---|---|---|---|",
+		"| hook | share of requests | share of syncs answered (owned and received, since start) | requests | requests/s | hook CPU per request | RSS | peak RSS | RSS / one hook's | threads | goroutines | heap in use | next GC at |",
+		"|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+	}
+	var answered float64
+	for _, h := range r.hooks {
+		answered += h.metrics[metricOwned] + h.metrics[metricReceived]
 	}
 	hookRow := func(label string, h hookUsage, wall time.Duration, share string, rssRatio string) string {
-		return fmt.Sprintf("| %s | %s | %d | %.1f | %s | %s | %s | %s | %d | %s | %s | %s |",
-			label, share, h.syncs, float64(h.syncs)/wall.Seconds(), us(h.cpuPerSync()), mib(float64(h.proc.rss)), mib(float64(h.proc.peakRSS)), rssRatio, h.proc.threads,
+		answeredHere := "100%"
+		if share != "100%" {
+			answeredHere = fmt.Sprintf("%.1f%%", 100*(h.metrics[metricOwned]+h.metrics[metricReceived])/max(1, answered))
+		}
+		return fmt.Sprintf("| %s | %s | %s | %d | %.1f | %s | %s | %s | %s | %d | %s | %s | %s |",
+			label, share, answeredHere, h.syncs, float64(h.syncs)/wall.Seconds(), us(h.cpuPerSync()), mib(float64(h.proc.rss)), mib(float64(h.proc.peakRSS)), rssRatio, h.proc.threads,
 			metric(h.metrics, metricGoroutines, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
 			metric(h.metrics, metricHeapInUse, mib), metric(h.metrics, metricNextGC, mib))
 	}
@@ -434,13 +446,19 @@ func (fr *fleetResult) replicaTable() string {
 		}
 		lat = append(lat, fmt.Sprintf("| %s | %s | %s | %s | %s | %.2f |", k.name, us(pct(k.one, 50)), us(pct(k.one, 99)), us(pct(k.rep, 50)), us(pct(k.rep, 99)), ratio(pct(k.rep, 99), pct(k.one, 99))))
 	}
-	note := fmt.Sprintf("\nThe %d replicas serve the same fleet. Each had synced every cluster once before the phase (what each comes to after a few resyncs: "+
-		"Metacontroller's workers take any cluster over any connection), and in the phase each request went to one replica picked at random. "+
+	if fr.shape.noPeers {
+		note := fmt.Sprintf("\nThe %d replicas serve the same fleet without --peers (BENCH_SCALE_PEERS=0): each syncs whatever reaches it. "+
+			"Each first got every cluster's request once, and in the phase each request went to one replica picked at random, "+
+			"so each keeps its own %d connections and its memos and series of every cluster.\n", len(r.hooks), etcdclient.DefaultMaxIdleConns)
+		return strings.Join(lines, "\n") + "\n" + strings.Join(lat, "\n") + "\n" + note
+	}
+	note := fmt.Sprintf("\nThe %d replicas serve the same fleet with --peers (each listing both, as the chart's headless Service does): "+
+		"each parent is answered by the replica that owns it, and a request that reaches the other is forwarded to it. "+
+		"Each replica first got every cluster's request once, as Metacontroller's workers send any cluster over any connection, and in the phase each request went to one replica picked at random. "+
 		"That is the even, per-request split the issue assumes. Behind a Service the split is per connection: kube-proxy picks a replica when a connection opens, "+
-		"and Metacontroller posts over Go's default HTTP transport, which keeps at most 2 idle connections per host. "+
-		"While no more than 2 syncs are in flight those same 2 connections carry every request, so the split follows 2 connections (all on one replica half of the time) "+
-		"until they close; a burst above 2 opens connections that are closed after use, and each is a new pick. "+
-		"The shares above are therefore the best case for the load. Memory does not depend on the split: each replica keeps its own %d connections and its memos of every cluster it has seen.\n",
+		"and Metacontroller posts over Go's default HTTP transport, which keeps at most 2 idle connections per host; so the requests each replica receives can be far from half for as long as those connections live. "+
+		"The syncs each answers are not: they follow ownership, whichever replica a request reaches. "+
+		"So each replica keeps its own %d connections, memos and series for its share of the fleet only; a request's CPU covers the forwarding of the half that reached the other replica.\n",
 		len(r.hooks), etcdclient.DefaultMaxIdleConns)
 	return strings.Join(lines, "\n") + "\n" + strings.Join(lat, "\n") + "\n" + note
 }

@@ -109,7 +109,7 @@ func (r *scaleRun) snapshot(t *testing.T, hook int) hookUsage {
 	if u.proc, err = readProcStatus(proc.Pid); err != nil {
 		t.Fatal(err)
 	}
-	if u.metrics, err = scrapeMetrics(r.clients[hook], r.hooks[hook].URL()+"/metrics", metricGoroutines, metricHeapInUse, metricNextGC); err != nil {
+	if u.metrics, err = scrapeMetrics(r.clients[hook], r.hooks[hook].URL()+"/metrics", metricGoroutines, metricHeapInUse, metricNextGC, metricOwned, metricReceived); err != nil {
 		t.Fatal(err)
 	}
 	return u
@@ -338,7 +338,7 @@ func (r *scaleRun) phase(t *testing.T, targets []target, n int, rate float64) ph
 		if u.proc, err = readProcStatus(proc.Pid); err != nil {
 			t.Fatal(err)
 		}
-		if u.metrics, err = scrapeMetrics(r.clients[i], h.URL()+"/metrics", metricGoroutines, metricHeapInUse, metricNextGC); err != nil {
+		if u.metrics, err = scrapeMetrics(r.clients[i], h.URL()+"/metrics", metricGoroutines, metricHeapInUse, metricNextGC, metricOwned, metricReceived); err != nil {
 			t.Fatal(err)
 		}
 		res.hooks = append(res.hooks, u)

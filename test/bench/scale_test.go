@@ -53,8 +53,10 @@ type scaleShape struct {
 	// rounds per phase: each healthy cluster is synced this many times.
 	rounds int
 	// replicas serve the fleet together in the last phase (below 2: no
-	// such phase).
+	// such phase), with --peers unless noPeers (BENCH_SCALE_PEERS=0: each
+	// replica syncs whatever reaches it, the hook without --peers).
 	replicas int
+	noPeers  bool
 	// compareTLSEvery > 0 adds, after the fleet's phases, a second hook
 	// process serving another fleet of the same size with every
 	// compareTLSEvery-th cluster TLS and none unreachable, against the
@@ -71,6 +73,7 @@ func scaleShapeFromEnv() scaleShape {
 		rounds:          envInt("BENCH_SCALE_ROUNDS", 1),
 		replicas:        envCount("BENCH_SCALE_REPLICAS", 2),
 		compareTLSEvery: envCount("BENCH_SCALE_COMPARE_TLS_EVERY", 0),
+		noPeers:         os.Getenv("BENCH_SCALE_PEERS") == "0",
 	}
 	s.unreachable = min(s.unreachable, s.clusters/2)
 	s.rate = envFloat("BENCH_SCALE_RATE", float64(s.clusters)/60)
@@ -84,7 +87,10 @@ func (s scaleShape) String() string {
 	}
 	replicas := "no replicas phase"
 	if s.replicas >= 2 {
-		replicas = fmt.Sprintf("%d replicas in the last phase", s.replicas)
+		replicas = fmt.Sprintf("%d replicas with --peers in the last phase", s.replicas)
+		if s.noPeers {
+			replicas = fmt.Sprintf("%d replicas without --peers in the last phase", s.replicas)
+		}
 	}
 	return fmt.Sprintf("%d clusters of %d members (%d member endpoints), %s, %d unreachable; %d workers, %.1f syncs due per second (every cluster every %.0f s), %d round(s) per phase, %s; %d cores",
 		s.clusters, scaleMembers, s.clusters*scaleMembers, tls, s.unreachable, s.workers, s.rate, float64(s.clusters)/s.rate, s.rounds, replicas, runtime.NumCPU())
@@ -321,7 +327,8 @@ type scaleRun struct {
 	clients []*http.Client
 }
 
-// startHooks starts n hook processes, with the hook's default flags.
+// startHooks starts n hook processes, with the hook's default flags; two
+// or more are replicas with --peers, each listing all of them.
 func (env *scaleEnv) startHooks(t *testing.T, n int) *scaleRun {
 	bin := testenv.Binary(t, testenv.Hook)
 	r := &scaleRun{env: env, procs: harness.NewProcTable()}
@@ -338,14 +345,25 @@ func (env *scaleEnv) startHooks(t *testing.T, n int) *scaleRun {
 		if err != nil {
 			t.Fatal(err)
 		}
+		r.hooks = append(r.hooks, hook)
+		r.clients = append(r.clients, &http.Client{Timeout: hookTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: env.shape.workers}})
+	}
+	if n >= 2 && !env.shape.noPeers {
+		var peers []string
+		for _, h := range r.hooks {
+			peers = append(peers, h.Addr())
+		}
+		for _, h := range r.hooks {
+			h.Args = []string{"--peers", strings.Join(peers, ","), "--peer-address", h.Addr()}
+		}
+	}
+	for _, h := range r.hooks {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		err = hook.Start(ctx)
+		err := h.Start(ctx)
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.hooks = append(r.hooks, hook)
-		r.clients = append(r.clients, &http.Client{Timeout: hookTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: env.shape.workers}})
 	}
 	return r
 }

@@ -123,6 +123,31 @@ func TestValues(t *testing.T) {
 			edit:   func(t *testing.T, o objects) { at(t, deployment(t, o), "spec").(map[string]any)["replicas"] = 3 },
 		},
 		{
+			name:   "sharding.enabled=false",
+			reason: "no --peers, --peer-address or POD_IP, and no headless Service: every replica syncs whatever reaches it",
+			args:   []string{"--set", "sharding.enabled=false"},
+			edit: func(t *testing.T, o objects) {
+				c := container(t, o)
+				var args []any
+				for _, a := range c["args"].([]any) {
+					if s := a.(string); !strings.HasPrefix(s, "--peers=") && !strings.HasPrefix(s, "--peer-address=") {
+						args = append(args, a)
+					}
+				}
+				if len(args) != len(c["args"].([]any))-2 {
+					t.Fatalf("the default rendering's args %v lack --peers or --peer-address", c["args"])
+				}
+				c["args"] = args
+				delete(c, "env")
+				o.only(t, "Service", "etcd-hook-peers")
+				for k, obj := range o {
+					if md := at(t, obj, "metadata").(map[string]any); md["name"] == "etcd-hook-peers" {
+						delete(o, k)
+					}
+				}
+			},
+		},
+		{
 			name:   "resources",
 			reason: "the container's resources, replaced as a whole when set with --set-json",
 			args:   []string{"--set-json", `resources={"requests":{"cpu":"100m","memory":"96Mi"},"limits":{"memory":"256Mi"}}`},
@@ -331,6 +356,8 @@ func TestValuesRefused(t *testing.T) {
 			"the Namespace would be refused by the API server"},
 		{"negative minAvailable", []string{"--set", "podDisruptionBudget.minAvailable=-1"}, []string{"/podDisruptionBudget/minAvailable"},
 			"the PodDisruptionBudget would be refused by the API server"},
+		{"sharding not a switch", []string{"--set-string", "sharding.enabled=yes"}, []string{"/sharding/enabled", "want boolean"},
+			"the chart would render --peers or not from a string"},
 		{"extraArgs not a flag", []string{"--set", "extraArgs={-v}"}, []string{"/extraArgs/0", "does not match pattern '^--'"},
 			"the hook takes only flags"},
 		{"extraArgs with --agent-image", []string{"--set", "extraArgs={--agent-image=example.com/other:v1}"},
@@ -339,6 +366,9 @@ func TestValuesRefused(t *testing.T) {
 		{"extraArgs with a TLS flag", []string{"--set", "extraArgs={--tls-addr=:9443}"},
 			[]string{"extraArgs: --tls-addr=:9443 is set by the chart"},
 			"the Service's https port would point at nothing"},
+		{"extraArgs with --peers", []string{"--set", "extraArgs={--peers=10.0.0.1}"},
+			[]string{"extraArgs: --peers=10.0.0.1 is set by the chart"},
+			"replicas with two lists of peers would disagree on which owns a cluster"},
 		{"cert-manager without TLS", []string{"--set", "tls.enabled=false", "--set", "tls.certManager.enabled=true"},
 			[]string{"tls.certManager.enabled needs tls.enabled"},
 			"a certificate that nothing serves, and webhooks left on plain HTTP"},
@@ -379,6 +409,17 @@ func moveNamespace(t *testing.T, o objects, ns, hookURL string) {
 		delete(o, k)
 		md["namespace"] = ns
 		o[objectKey(obj)] = obj
+	}
+	// The replicas find each other through the headless Service there.
+	for _, d := range o.ofKind("Deployment") {
+		for _, c := range at(t, d, "spec", "template", "spec", "containers").([]any) {
+			args := c.(map[string]any)["args"].([]any)
+			for i, a := range args {
+				if a == "--peers=etcd-hook-peers."+defaultNamespace+".svc" {
+					args[i] = "--peers=etcd-hook-peers." + ns + ".svc"
+				}
+			}
+		}
 	}
 	for _, c := range o.ofKind("CompositeController") {
 		for name, hook := range at(t, c, "spec", "hooks").(map[string]any) {

@@ -76,8 +76,8 @@ true
 {{- fail "tls.certManager.enabled needs tls.enabled: cert-manager issues the certificate the hook serves HTTPS with" -}}
 {{- end -}}
 {{- range .Values.extraArgs -}}
-{{- if regexMatch "^--(addr|agent-image|tls-cert-file|tls-key-file|tls-addr)(=|$)" . -}}
-{{- fail (printf "extraArgs: %s is set by the chart (image sets --agent-image, tls.enabled the TLS flags); a second one would disagree with it" .) -}}
+{{- if regexMatch "^--(addr|agent-image|tls-cert-file|tls-key-file|tls-addr|peers|peer-address)(=|$)" . -}}
+{{- fail (printf "extraArgs: %s is set by the chart (image sets --agent-image, tls.enabled the TLS flags, sharding.enabled --peers and --peer-address); a second one would disagree with it" .) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -209,6 +209,9 @@
 //     healthy once GET /healthz answers 200, with Kill (SIGKILL) and Restart
 //     on the same port. FaultProxy (faults.go) sits between Metacontroller and
 //     the hook and can answer a status (e.g. 500), delay or drop requests.
+//     With Options.HookReplicas, several hooks run with --peers behind a
+//     Service (service.go) that sends each request to the next replica,
+//     skipping one that refuses connections, as kube-proxy does.
 //   - ProcTable (processes.go): every process is tracked by pid and stopped
 //     at Close. The processes are internal/testenv's: each logs to a file,
 //     runs in a process group of its own with Pdeathsig=SIGKILL as a safety

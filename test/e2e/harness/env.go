@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -25,6 +26,10 @@ type Options struct {
 	HookBinary string   // [<root>/bin/etcd-hook]
 	HookArgs   []string // after --addr 127.0.0.1:<port>
 	HookEnv    []string
+	// HookReplicas runs that many hook processes (default 1), each with
+	// --peers listing all of them, behind a Service (service.go), as the
+	// chart deploys them.
+	HookReplicas int
 
 	Controller ControllerConfig // SyncURL and FinalizeURL are filled in
 	Kubelet    KubeletConfig    // Dir is filled in
@@ -70,8 +75,12 @@ type Env struct {
 	Kubelet   *Kubelet
 	Volumes   *VolumeController // grows the volumes of claims whose request was raised
 	Proxy     *FaultProxy
-	Hook      *HookProcess // nil when Options.HookURL is used
-	Procs     *ProcTable
+	Hook      *HookProcess // nil when Options.HookURL is used; the first of Hooks
+	// Hooks are the hook's replicas (Options.HookReplicas), and Service
+	// the Service in front of them when there are several.
+	Hooks   []*HookProcess
+	Service *Service
+	Procs   *ProcTable
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -162,15 +171,10 @@ func (e *Env) start() error {
 	}
 	hookURL := e.opts.HookURL
 	if hookURL == "" {
-		h, err := NewHookProcess(e.Procs, e.opts.HookBinary, filepath.Join(e.Dir, "logs", "hook.log"), e.hookArgs(), e.opts.HookEnv)
-		if err != nil {
+		var err error
+		if hookURL, err = e.startHooks(max(1, e.opts.HookReplicas)); err != nil {
 			return err
 		}
-		e.Hook = h
-		if err := h.Start(e.ctx); err != nil {
-			return err
-		}
-		hookURL = h.URL()
 	}
 	proxy, err := StartFaultProxy(hookURL)
 	if err != nil {
@@ -260,8 +264,11 @@ func (e *Env) close() {
 	if e.Volumes != nil {
 		e.Volumes.Stop()
 	}
-	if e.Hook != nil {
-		e.Hook.Stop(2 * time.Second)
+	for _, h := range e.Hooks {
+		h.Stop(2 * time.Second)
+	}
+	if e.Service != nil {
+		_ = e.Service.Close()
 	}
 	if e.Kubelet != nil {
 		e.Kubelet.Stop(2 * time.Second)
@@ -462,6 +469,43 @@ func (e *Env) Resolve(ctx context.Context, host string) ([]string, error) {
 // say otherwise: a real kubelet takes a minute or two, which is the hook's
 // default. Only this tree's hook is told: Options.HookBinary may be an
 // earlier release's, which has no such flag (an operator upgrade test).
+// startHooks starts n hook processes (hook.log, or hook-<i>.log for
+// several, each then with --peers) and returns the URL Metacontroller is
+// to call: the one hook's, or the Service's in front of them.
+func (e *Env) startHooks(n int) (string, error) {
+	var peers, urls []string
+	for i := range n {
+		name := "hook.log"
+		if n > 1 {
+			name = fmt.Sprintf("hook-%d.log", i)
+		}
+		h, err := NewHookProcess(e.Procs, e.opts.HookBinary, filepath.Join(e.Dir, "logs", name), e.hookArgs(), e.opts.HookEnv)
+		if err != nil {
+			return "", err
+		}
+		e.Hooks = append(e.Hooks, h)
+		peers, urls = append(peers, h.Addr()), append(urls, h.URL())
+	}
+	e.Hook = e.Hooks[0]
+	for _, h := range e.Hooks {
+		if n > 1 {
+			h.Args = append(slices.Clone(h.Args), "--peers", strings.Join(peers, ","), "--peer-address", h.Addr())
+		}
+		if err := h.Start(e.ctx); err != nil {
+			return "", err
+		}
+	}
+	if n == 1 {
+		return e.Hook.URL(), nil
+	}
+	svc, err := StartService(urls...)
+	if err != nil {
+		return "", err
+	}
+	e.Service = svc
+	return svc.URL(), nil
+}
+
 func (e *Env) hookArgs() []string {
 	if !e.ownHook {
 		return e.opts.HookArgs
