@@ -159,12 +159,7 @@ func TestGolden(t *testing.T) {
 func TestCapturedRequests(t *testing.T) {
 	// CI always has shared/ beside the clone: there, a missing recording
 	// is a failure, not a reason to test nothing.
-	captured := filepath.Join(testenv.SharedDir(t), "metacontroller", "captured")
-	files, err := filepath.Glob(filepath.Join(captured, "*.request.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Require(t, len(files) > 0, "no captured requests in %s", captured)
+	files := testenv.CapturedRequests(t)
 	srv := testServer(t)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -51,13 +51,7 @@ func TestParentKey(t *testing.T) {
 // TestParentKeyOfCapturedRequests reads Metacontroller's own requests and
 // agrees with a full decode of each.
 func TestParentKeyOfCapturedRequests(t *testing.T) {
-	captured := filepath.Join(testenv.SharedDir(t), "metacontroller", "captured")
-	files, err := filepath.Glob(filepath.Join(captured, "*.request.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Require(t, len(files) > 0, "no captured requests in %s", captured)
-	for _, f := range files {
+	for _, f := range testenv.CapturedRequests(t) {
 		body, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

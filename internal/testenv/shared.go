@@ -57,6 +57,20 @@ func SharedDir(t testing.TB) string {
 	return d
 }
 
+// CapturedRequests returns the paths of the requests Metacontroller really
+// sent (metacontroller/captured/*.request.json in SharedDir); a test with
+// none of them fails, because it would then check nothing.
+func CapturedRequests(t testing.TB) []string {
+	t.Helper()
+	dir := filepath.Join(SharedDir(t), "metacontroller", "captured")
+	files, err := filepath.Glob(filepath.Join(dir, "*.request.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	Require(t, len(files) > 0, "no captured requests in %s", dir)
+	return files
+}
+
 func isDir(p string) error {
 	st, err := os.Stat(p)
 	if err != nil {
