@@ -148,6 +148,12 @@ func (p *Peers) Refresh(ctx context.Context, timeout time.Duration) error {
 			return err
 		}
 		for _, a := range addrs {
+			// A dual-stack Service lists each replica twice, once per
+			// family: keep the family of this replica's own address, so
+			// that each replica is one peer and this one knows itself.
+			if ip, err := netip.ParseAddr(a); err == nil && ip.Unmap().Is4() != p.self.Addr().Unmap().Is4() {
+				continue
+			}
 			found = append(found, net.JoinHostPort(a, e.port))
 		}
 	}

@@ -48,9 +48,9 @@ func TestPeersRefresh(t *testing.T) {
 	if err := p.Refresh(context.Background(), time.Second); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"10.0.0.1:8443", "10.0.0.3:8443", "[fd00::2]:8443"}
+	want := []string{"10.0.0.1:8443", "10.0.0.3:8443"}
 	if diff := cmp.Diff(want, p.Current()); diff != "" {
-		t.Errorf("resolved peers, sorted and each once (-want +got):\n%s", diff)
+		t.Errorf("resolved peers, sorted, each once, in this replica's family (-want +got):\n%s", diff)
 	}
 
 	failing = errors.New("i/o timeout")
@@ -82,12 +82,39 @@ func TestPeersAtOwnPort(t *testing.T) {
 	if err := p.Refresh(context.Background(), time.Second); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"10.0.0.1:8443", "10.0.0.2:8443", "10.0.0.9:9000", "[fd00::1]:8443", "[fd00::2]:8443"}
+	want := []string{"10.0.0.1:8443", "10.0.0.2:8443", "10.0.0.9:9000", "[fd00::1]:8443"}
 	if diff := cmp.Diff(want, p.Current()); diff != "" {
 		t.Errorf("peers (-want +got):\n%s", diff)
 	}
 	if _, err := NewPeers("etcd-hook-peers.ns.svc", "10.0.0.1", "", lookup); err == nil || !strings.Contains(err.Error(), "has no port") {
 		t.Errorf("an entry without a port and no port of one's own: %v", err)
+	}
+}
+
+// TestPeersDualStack: a dual-stack headless Service lists every replica
+// under both families; each replica is one peer, in the family of the
+// address it knows itself by.
+func TestPeersDualStack(t *testing.T) {
+	lookup := func(context.Context, string) ([]string, error) {
+		return []string{"10.0.0.1", "fd00::1", "10.0.0.2", "fd00::2"}, nil
+	}
+	for self, want := range map[string][]string{
+		"10.0.0.1": {"10.0.0.1:8443", "10.0.0.2:8443"},
+		"fd00::1":  {"[fd00::1]:8443", "[fd00::2]:8443"},
+	} {
+		p, err := NewPeers("etcd-hook-peers.ns.svc", self, "8443", lookup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Refresh(context.Background(), time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, p.Current()); diff != "" {
+			t.Errorf("self %s: peers (-want +got):\n%s", self, diff)
+		}
+		if !p.Self(want[0]) {
+			t.Errorf("self %s: %s is not this replica", self, want[0])
+		}
 	}
 }
 
