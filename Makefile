@@ -239,8 +239,9 @@ bench-rollout: build etcd-bins ## rolling spec changes of 3 and 5 members agains
 # clusters, every 2nd with spec.TLS, 20 unreachable ones spread through the
 # round-robin, a resync of every cluster each minute (BENCH_SCALE_RATE
 # empty: clusters/60 syncs per second), 16 workers (Metacontroller's default
-# is 5: BENCH_SCALE_WORKERS=5), 1 round per phase, then 2 replicas.
-# Any of them can be set on the command line, e.g.
+# is 5: BENCH_SCALE_WORKERS=5), 1 round per phase, then 2 replicas with
+# --peers (BENCH_SCALE_PEERS=0: without, each replica syncing whatever
+# reaches it). Any of them can be set on the command line, e.g.
 #   make bench-scale BENCH_SCALE_CLUSTERS=1000 BENCH_SCALE_WORKERS=5
 BENCH_SCALE_CLUSTERS ?= 10000
 BENCH_SCALE_WORKERS ?= 16
@@ -249,6 +250,7 @@ BENCH_SCALE_TLS_EVERY ?= 2
 BENCH_SCALE_RATE ?=
 BENCH_SCALE_ROUNDS ?= 1
 BENCH_SCALE_REPLICAS ?= 2
+BENCH_SCALE_PEERS ?= 1
 BENCH_SCALE_TIMEOUT ?= 90m
 # The 1000-cluster run of BENCHMARKS.md's "1000 clusters on one hook": 5
 # workers, 5 unreachable, 50 syncs/s, 2 rounds, a plain fleet, then a second
@@ -260,7 +262,7 @@ BENCH_SCALE_1000 := BENCH_SCALE_CLUSTERS=1000 BENCH_SCALE_WORKERS=5 BENCH_SCALE_
 bench-scale: build ## 10,000 clusters (half TLS, 20 unreachable, resync 60 s, 16 workers), then 2 replicas: targets, RSS, p99, CPU, dials, sizing (bin/scale.md; BENCH_SCALE_* to change, see Makefile)
 	BENCH_REPORT=1 BENCH_SCALE_CLUSTERS=$(BENCH_SCALE_CLUSTERS) BENCH_SCALE_WORKERS=$(BENCH_SCALE_WORKERS) \
 		BENCH_SCALE_UNREACHABLE=$(BENCH_SCALE_UNREACHABLE) BENCH_SCALE_TLS_EVERY=$(BENCH_SCALE_TLS_EVERY) \
-		BENCH_SCALE_RATE=$(BENCH_SCALE_RATE) BENCH_SCALE_ROUNDS=$(BENCH_SCALE_ROUNDS) BENCH_SCALE_REPLICAS=$(BENCH_SCALE_REPLICAS) \
+		BENCH_SCALE_RATE=$(BENCH_SCALE_RATE) BENCH_SCALE_ROUNDS=$(BENCH_SCALE_ROUNDS) BENCH_SCALE_REPLICAS=$(BENCH_SCALE_REPLICAS) BENCH_SCALE_PEERS=$(BENCH_SCALE_PEERS) \
 		BENCH_SCALE_FILE=$(BIN_DIR)/scale.md $(GO) test ./test/bench -run '^TestScaleReport$$' -count=1 -v -timeout $(BENCH_SCALE_TIMEOUT)
 
 .PHONY: bench-scale-1000

@@ -22,13 +22,15 @@
 // Metacontroller: syncs due round-robin at a steady rate, taken by a fixed
 // number of workers, latency counted from due to done. Its shape comes from
 // BENCH_SCALE_CLUSTERS, _WORKERS, _UNREACHABLE, _TLS_EVERY, _RATE, _ROUNDS,
-// _REPLICAS and _COMPARE_TLS_EVERY (scaleShapeFromEnv); the defaults are
-// the fleet-scale issue's: 10,000 clusters of 3 members, half of them TLS,
-// 20 unreachable, a resync a minute, 16 workers, then 2 replicas. Its
+// _REPLICAS, _PEERS and _COMPARE_TLS_EVERY (scaleShapeFromEnv); the
+// defaults are the fleet-scale issue's: 10,000 clusters of 3 members, half
+// of them TLS, 20 unreachable, a resync a minute, 16 workers, then 2
+// replicas with --peers (_PEERS=0: without). Its
 // phases: the healthy clusters alone, the unreachable ones interleaved, a
 // few clusters whose endpoints fit the connections the hook keeps (the
 // cost of dials), the hook's decode, plan and encode in this process (no
-// network), and the replicas, each request to one at random. Each phase
+// network), and the replicas, each request to one at random (and
+// forwarded by it to the cluster's owner). Each phase
 // reads the hooks' and this process's CPU from /proc, and the machine's,
 // so that the report says when the simulated side, not the hook, is the
 // limit; the report sets every figure against the targets and
