@@ -85,6 +85,10 @@ func startReplicas(t testing.TB, n int, extra ...string) []*replica {
 			r.bodies = append(r.bodies, body)
 			r.mu.Unlock()
 			w.Header().Set("Content-Type", "application/json")
+			if bytes.Contains(body, []byte(`"uid":"failing`)) {
+				// A sync that failed: the owner's error is the answer.
+				w.WriteHeader(http.StatusInternalServerError)
+			}
 			fmt.Fprintf(w, `{"answeredBy":%q,"path":%q}`, r.addr, req.URL.RequestURI())
 		})
 		r.srv = httptest.NewUnstartedServer(rt.Handler(local))
@@ -186,6 +190,31 @@ func TestForwardToOwner(t *testing.T) {
 	}
 	if diff := cmp.Diff([]Outcome{Received}, b.routed()[:1]); diff != "" {
 		t.Errorf("the owner counts what it was forwarded (-want +got):\n%s", diff)
+	}
+}
+
+// TestForwardPassesTheOwnersError: a sync the owner answered with an
+// error is answered, status and body, as the owner said; it is not made
+// again where it arrived.
+func TestForwardPassesTheOwnersError(t *testing.T) {
+	rs := startReplicas(t, 2)
+	a, b := rs[0], rs[1]
+	var uid string
+	for i := range 1000 {
+		if u := fmt.Sprintf("failing-%d", i); Owner(u, []string{a.addr, b.addr}) == b.addr {
+			uid = u
+			break
+		}
+	}
+	code, h, out := post(t, a.srv.URL+"/sync", request(uid))
+	if code != http.StatusInternalServerError || h.Get(ReplicaHeader) != b.addr || !strings.Contains(string(out), b.addr) {
+		t.Errorf("HTTP %d from %q: %s; want the owner's 500", code, h.Get(ReplicaHeader), out)
+	}
+	if len(a.answered()) != 0 || len(b.answered()) != 1 {
+		t.Errorf("answered %d times where it arrived and %d by the owner, want 0 and 1", len(a.answered()), len(b.answered()))
+	}
+	if got := a.routed(); len(got) != 1 || got[0] != Forwarded {
+		t.Errorf("outcomes %v, want [forwarded]", got)
 	}
 }
 
