@@ -19,6 +19,8 @@ import (
 
 	"github.com/etcdhook/etcd-hook/api/v1beta2"
 	"github.com/etcdhook/etcd-hook/etcdclient"
+	"github.com/etcdhook/etcd-hook/hooks"
+	"github.com/etcdhook/etcd-hook/plan"
 	"github.com/etcdhook/etcd-hook/plan/etcdcluster"
 )
 
@@ -48,15 +50,13 @@ func (r *scaleRun) warmUp(t *testing.T, checkpoint int) (calls fleetCounts, heal
 		forEach(part[1]-part[0], r.env.shape.workers, func(j int) {
 			i := part[0] + j
 			c := fleet[i]
-			status := v1beta2.ClusterStatus{Phase: v1beta2.PhaseRunning, Size: len(c.members)}
-			if !c.unreachable {
-				var err error
-				if status, err = retry(retried, c.name, func() (v1beta2.ClusterStatus, error) { return r.firstSync(c) }); err != nil {
-					probs.add(c.name, err)
-					return
-				}
+			var req []byte
+			var err error
+			if c.unreachable {
+				req, err = c.request(v1beta2.ClusterStatus{Phase: v1beta2.PhaseRunning, Size: len(c.members)})
+			} else {
+				req, err = retry(retried, c.name, func() ([]byte, error) { return r.firstSync(c) })
 			}
-			req, err := c.request(status)
 			if err != nil {
 				probs.add(c.name, err)
 				return
@@ -148,16 +148,80 @@ func (r *scaleRun) idle(t *testing.T, wall time.Duration) idleUsage {
 	return idleUsage{wall: time.Since(start), hook: hook1 - hook0, test: test1 - test0}
 }
 
-func (r *scaleRun) firstSync(c fleetCluster) (v1beta2.ClusterStatus, error) {
+// firstSync syncs a cluster from an empty status, then once more as
+// Metacontroller would once it has applied that answer: the status the
+// hook wrote, and each member Pod last applied as the hook answered it,
+// with that answer's labels and annotations. That second request is the
+// cluster's steady one, and its answer must keep every Pod exactly as last
+// applied: a request whose Pods the hook relabels on every sync would
+// cost it a decode of each Pod that no steady cluster costs.
+func (r *scaleRun) firstSync(c fleetCluster) ([]byte, error) {
 	req, err := c.request(v1beta2.ClusterStatus{})
 	if err != nil {
-		return v1beta2.ClusterStatus{}, err
+		return nil, err
 	}
 	answer, _, err := r.sync(0, req)
 	if err != nil {
-		return v1beta2.ClusterStatus{}, err
+		return nil, err
 	}
-	return steadyStatus(answer, c.members)
+	status, err := steadyStatus(answer, c.members)
+	if err != nil {
+		return nil, err
+	}
+	if req, err = c.request(status); err != nil {
+		return nil, err
+	}
+	if req, err = podsAsAnswered(req, answer); err != nil {
+		return nil, err
+	}
+	if answer, _, err = r.sync(0, req); err != nil {
+		return nil, err
+	}
+	if _, err := steadyStatus(answer, c.members); err != nil {
+		return nil, err
+	}
+	return req, keptPods(req, answer)
+}
+
+// keptPods checks that every member Pod of an answer is the one the
+// request says was last applied, byte for byte once compacted.
+func keptPods(request, answer []byte) error {
+	var req struct {
+		Children map[string]map[string]struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		} `json:"children"`
+	}
+	var ans struct {
+		Children []json.RawMessage `json:"children"`
+	}
+	if err := json.Unmarshal(request, &req); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(answer, &ans); err != nil {
+		return err
+	}
+	for _, raw := range ans.Children {
+		var child struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(raw, &child); err != nil {
+			return err
+		}
+		if child.Kind != plan.KindPod {
+			continue
+		}
+		applied := req.Children[hooks.ChildPods][child.Metadata.Name].Metadata.Annotations[plan.LastAppliedAnnotation]
+		var got, want bytes.Buffer
+		if json.Compact(&got, raw) != nil || json.Compact(&want, []byte(applied)) != nil || got.String() != want.String() {
+			return fmt.Errorf("the steady request's Pod %s is not kept as last applied: answered %.300s, last applied %.300s", child.Metadata.Name, raw, applied)
+		}
+	}
+	return nil
 }
 
 // warmEach sends every target's steady request to every hook once, as

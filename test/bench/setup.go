@@ -326,6 +326,20 @@ func appliedAsAnswered(request []byte, d etcdcluster.Decision) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return applyAnswer(request, answer, true)
+}
+
+// podsAsAnswered is appliedAsAnswered of an answer as a hook process sent
+// it, for the member Pods alone: the scale fleet's requests carry no
+// Service, budget or NetworkPolicy (its sizing report says what they
+// would add).
+func podsAsAnswered(request, answer []byte) ([]byte, error) {
+	return applyAnswer(request, answer, false)
+}
+
+// applyAnswer gives the request's member Pods the answer's, and with
+// served its Services, budget and NetworkPolicies.
+func applyAnswer(request, answer []byte, served bool) ([]byte, error) {
 	var resp struct {
 		Children []json.RawMessage `json:"children"`
 	}
@@ -351,7 +365,7 @@ func appliedAsAnswered(request []byte, d etcdcluster.Decision) ([]byte, error) {
 		if err := json.Unmarshal(raw, &child); err != nil {
 			return nil, err
 		}
-		if key := map[string]string{plan.KindService: hooks.ChildServices, plan.KindPDB: hooks.ChildPDBs, plan.KindNetworkPolicy: hooks.ChildNetworkPolicies}[child.Kind]; key != "" {
+		if key := map[string]string{plan.KindService: hooks.ChildServices, plan.KindPDB: hooks.ChildPDBs, plan.KindNetworkPolicy: hooks.ChildNetworkPolicies}[child.Kind]; key != "" && served {
 			served, err := servedChild(raw, parent["name"].(string), parent["uid"].(string), len(pods))
 			if err != nil {
 				return nil, err
