@@ -138,9 +138,10 @@ func envFloat(name string, def float64) float64 {
 // 10,000 clusters, half of them TLS, 20 unreachable, a resync a minute,
 // 16 workers). The phases, on one hook process:
 //
-//   - the first syncs of every cluster (warm-up: from an empty status,
-//     then with the status and the Pods the hook answered, which it must
-//     keep as they are), then the steady state:
+//   - the first sync of every cluster (warm-up: from an empty status; the
+//     steady request carries the status and the Pods the hook answered,
+//     which a second sync of the first 20 checks it keeps), then the
+//     steady state:
 //   - the healthy clusters alone;
 //   - every cluster, the unreachable ones interleaved;
 //   - a few clusters whose member endpoints fit the connections the hook
